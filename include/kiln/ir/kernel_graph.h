@@ -1,0 +1,74 @@
+// The kernel graph: launches over device tensors. A parsed spec is a kernel graph of
+// predefined ops; a μGraph is a kernel graph whose ops may also be graph-defined (each owning a
+// BlockGraph). Both are the same type, built only through KernelGraphBuilder, which checks
+// names, arities, attrs and shapes and infers every tensor's shape and dtype.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/block_graph.h"
+
+namespace kiln {
+
+struct KernelOp {
+  OpKind kind;
+  std::string name;          // predefined: the name of its output tensor; graph-defined: kernel name
+  std::vector<int> inputs;   // tensor ids
+  std::vector<int> outputs;  // tensor ids (one for predefined ops)
+  Attrs attrs;               // dims normalized to be non-negative
+  std::shared_ptr<const BlockGraph> block;  // GraphDefined only
+};
+
+struct KernelGraph {
+  std::string name;  // [A-Za-z_][A-Za-z0-9_]*
+  std::string doc;
+  Arch arch = Arch::Sm90a;          // the target the block graphs were checked against
+  std::vector<TensorDesc> tensors;  // every device tensor; id = index
+  std::vector<int> inputs;          // tensor ids, in order
+  std::vector<int> outputs;         // tensor ids, in order (may repeat or name an input)
+  std::vector<KernelOp> ops;        // topological order
+
+  const TensorDesc& tensor(int id) const { return tensors.at(id); }
+  int find_tensor(std::string_view name) const;  // -1 if none
+  int producer(int tensor_id) const;             // index into ops, -1 for graph inputs
+  int num_kernels() const;                       // launches: ops other than constants
+  bool is_spec() const;                          // no graph-defined ops
+};
+
+// Result dtype of a predefined op (spec rule: the first input that is not a constant; f32 if
+// all are constants).
+class KernelGraphBuilder {
+ public:
+  explicit KernelGraphBuilder(std::string name, std::string doc = {}, Arch arch = Arch::Sm90a);
+
+  int input(std::string name, Shape shape, DType dtype);
+  // A predefined op; returns its output tensor's id. Normalizes negative dims in attrs.
+  int op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name);
+  // A graph-defined op. inputs must match block->inputs in shape and dtype; returns the ids of
+  // the new output tensors, named block->outputs[i].name.
+  std::vector<int> graph_defined(std::shared_ptr<const BlockGraph> block, std::vector<int> inputs,
+                                 std::string kernel_name);
+  void output(int tensor_id);
+
+  KernelGraph finish() &&;
+
+  const KernelGraph& peek() const { return g_; }
+
+ private:
+  int add_tensor(TensorDesc t);
+  KernelGraph g_;
+};
+
+// Shape and dtype inference for a predefined op over input descs, with attrs normalized in
+// place (negative dims made non-negative, default perm filled). Throws UserError(Shape/Op).
+// Shared by the kernel and block builders.
+Shape infer_op_shape(OpKind kind, const std::vector<Shape>& inputs, Attrs& attrs);
+DType infer_op_dtype(OpKind kind, const std::vector<DType>& input_dtypes,
+                     const std::vector<bool>& input_is_constant);
+
+bool is_valid_name(std::string_view name);  // [A-Za-z_][A-Za-z0-9_]*
+
+}  // namespace kiln
