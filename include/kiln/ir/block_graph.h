@@ -77,9 +77,9 @@ struct BlockOp {
   std::string name;         // unique within the block graph
   std::vector<int> inputs;  // indices of earlier ops in BlockGraph::ops
   Attrs attrs;
-  int io = -1;              // Input: index into BlockGraph::inputs; Output: into ::outputs
-  std::vector<int> imap;    // Input: imap; Output: omap. One entry per grid dim.
-  std::vector<int> fmap;    // Input/Output: one entry per loop dim
+  int io = -1;            // Input: index into BlockGraph::inputs; Output: into ::outputs
+  std::vector<int> imap;  // Input: imap; Output: omap. One entry per grid dim.
+  std::vector<int> fmap;  // Input/Output: one entry per loop dim
   std::shared_ptr<const ThreadGraph> thread;  // Fused only
   // Derived by the builder.
   Shape shape;  // the tile this op produces (Output: the tile it saves)
@@ -89,10 +89,10 @@ struct BlockOp {
 struct BlockGraph {
   std::vector<int64_t> grid;  // 1..3 extents
   int block_threads = 128;
-  std::vector<int64_t> loop;         // 0..3 ranges
-  std::vector<TensorDesc> inputs;    // device tensors read (names are the kernel op's inputs)
-  std::vector<TensorDesc> outputs;   // device tensors written, shapes derived from the savers
-  std::vector<BlockOp> ops;          // topological order
+  std::vector<int64_t> loop;        // 0..3 ranges
+  std::vector<TensorDesc> inputs;   // device tensors read (names are the kernel op's inputs)
+  std::vector<TensorDesc> outputs;  // device tensors written, shapes derived from the savers
+  std::vector<BlockOp> ops;         // topological order
 
   int64_t num_blocks() const;
   int64_t num_iterations() const;

@@ -34,7 +34,9 @@ const char* error_code_name(ErrorCode c);
 class UserError : public std::runtime_error {
  public:
   UserError(ErrorCode code, std::string message, std::string hint = {})
-      : std::runtime_error(message), code_(code), message_(std::move(message)),
+      : std::runtime_error(message),
+        code_(code),
+        message_(std::move(message)),
         hint_(std::move(hint)) {}
 
   ErrorCode code() const { return code_; }

@@ -15,10 +15,10 @@ namespace kiln {
 
 struct KernelOp {
   OpKind kind;
-  std::string name;          // predefined: the name of its output tensor; graph-defined: kernel name
-  std::vector<int> inputs;   // tensor ids
-  std::vector<int> outputs;  // tensor ids (one for predefined ops)
-  Attrs attrs;               // dims normalized to be non-negative
+  std::string name;         // predefined: the name of its output tensor; graph-defined: kernel name
+  std::vector<int> inputs;  // tensor ids
+  std::vector<int> outputs;                 // tensor ids (one for predefined ops)
+  Attrs attrs;                              // dims normalized to be non-negative
   std::shared_ptr<const BlockGraph> block;  // GraphDefined only
 };
 
@@ -65,7 +65,9 @@ class KernelGraphBuilder {
 // Shape and dtype inference for a predefined op over input descs, with attrs normalized in
 // place (negative dims made non-negative, default perm filled). Throws UserError(Shape/Op).
 // Shared by the kernel and block builders.
-Shape infer_op_shape(OpKind kind, const std::vector<Shape>& inputs, Attrs& attrs);
+// `names`, when given, name the inputs in messages ("N is [2, 4096]").
+Shape infer_op_shape(OpKind kind, const std::vector<Shape>& inputs, Attrs& attrs,
+                     const std::vector<std::string>* names = nullptr);
 DType infer_op_dtype(OpKind kind, const std::vector<DType>& input_dtypes,
                      const std::vector<bool>& input_is_constant);
 

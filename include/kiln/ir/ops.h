@@ -47,41 +47,41 @@ enum : uint16_t {
 };
 
 // X(Enum, "name", min_inputs, max_inputs, OpClass, levels, attrs)
-#define KILN_OPS(X)                                                                        \
-  X(MatMul, "matmul", 2, 2, Matmul, kKernel | kBlock, 0)                                   \
-  X(Transpose, "transpose", 1, 1, Transpose, kKernel | kBlock, kAttrPerm)                  \
-  X(Add, "add", 2, 2, Binary, kKernel | kBlock | kThread, 0)                               \
-  X(Sub, "sub", 2, 2, Binary, kKernel | kBlock | kThread, 0)                               \
-  X(Mul, "mul", 2, 2, Binary, kKernel | kBlock | kThread, 0)                               \
-  X(Div, "div", 2, 2, Binary, kKernel | kBlock | kThread, 0)                               \
-  X(Maximum, "maximum", 2, 2, Binary, kKernel | kBlock | kThread, 0)                       \
-  X(Minimum, "minimum", 2, 2, Binary, kKernel | kBlock | kThread, 0)                       \
-  X(Constant, "constant", 0, 0, Constant, kKernel | kBlock | kThread, kAttrValue)          \
-  X(Neg, "neg", 1, 1, Unary, kKernel | kBlock | kThread, 0)                                \
-  X(Exp, "exp", 1, 1, Unary, kKernel | kBlock | kThread, 0)                                \
-  X(Log, "log", 1, 1, Unary, kKernel | kBlock | kThread, 0)                                \
-  X(Sqrt, "sqrt", 1, 1, Unary, kKernel | kBlock | kThread, 0)                              \
-  X(Rsqrt, "rsqrt", 1, 1, Unary, kKernel | kBlock | kThread, 0)                            \
-  X(Reciprocal, "reciprocal", 1, 1, Unary, kKernel | kBlock | kThread, 0)                  \
-  X(Square, "square", 1, 1, Unary, kKernel | kBlock | kThread, 0)                          \
-  X(Tanh, "tanh", 1, 1, Unary, kKernel | kBlock | kThread, 0)                              \
-  X(Sigmoid, "sigmoid", 1, 1, Unary, kKernel | kBlock | kThread, 0)                        \
-  X(Silu, "silu", 1, 1, Unary, kKernel | kBlock | kThread, 0)                              \
-  X(Relu, "relu", 1, 1, Unary, kKernel | kBlock | kThread, 0)                              \
-  X(Gelu, "gelu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrApproximate)               \
-  X(LeakyRelu, "leaky_relu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrNegativeSlope)  \
-  X(Clamp, "clamp", 1, 1, Unary, kKernel | kBlock | kThread, kAttrMin | kAttrMax)          \
-  X(Sum, "sum", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                   \
-  X(Mean, "mean", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                 \
-  X(Max, "max", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                   \
-  X(Softmax, "softmax", 1, 1, Softmax, kKernel, kAttrDim)                                  \
-  X(RmsNorm, "rms_norm", 1, 2, RmsNorm, kKernel, kAttrEps)                                 \
-  X(GraphDefined, "graph_defined", 1, 64, GraphDefined, kKernel, 0)                        \
-  X(Input, "input", 0, 0, Input, kBlock, 0)                                                \
-  X(Output, "output", 1, 1, Output, kBlock, 0)                                             \
-  X(AccumSum, "accum_sum", 1, 1, Accum, kBlock, 0)                                         \
-  X(AccumMax, "accum_max", 1, 1, Accum, kBlock, 0)                                         \
-  X(AccumRescale, "accum_rescale", 2, 2, Accum, kBlock, 0)                                 \
+#define KILN_OPS(X)                                                                       \
+  X(MatMul, "matmul", 2, 2, Matmul, kKernel | kBlock, 0)                                  \
+  X(Transpose, "transpose", 1, 1, Transpose, kKernel | kBlock, kAttrPerm)                 \
+  X(Add, "add", 2, 2, Binary, kKernel | kBlock | kThread, 0)                              \
+  X(Sub, "sub", 2, 2, Binary, kKernel | kBlock | kThread, 0)                              \
+  X(Mul, "mul", 2, 2, Binary, kKernel | kBlock | kThread, 0)                              \
+  X(Div, "div", 2, 2, Binary, kKernel | kBlock | kThread, 0)                              \
+  X(Maximum, "maximum", 2, 2, Binary, kKernel | kBlock | kThread, 0)                      \
+  X(Minimum, "minimum", 2, 2, Binary, kKernel | kBlock | kThread, 0)                      \
+  X(Constant, "constant", 0, 0, Constant, kKernel | kBlock | kThread, kAttrValue)         \
+  X(Neg, "neg", 1, 1, Unary, kKernel | kBlock | kThread, 0)                               \
+  X(Exp, "exp", 1, 1, Unary, kKernel | kBlock | kThread, 0)                               \
+  X(Log, "log", 1, 1, Unary, kKernel | kBlock | kThread, 0)                               \
+  X(Sqrt, "sqrt", 1, 1, Unary, kKernel | kBlock | kThread, 0)                             \
+  X(Rsqrt, "rsqrt", 1, 1, Unary, kKernel | kBlock | kThread, 0)                           \
+  X(Reciprocal, "reciprocal", 1, 1, Unary, kKernel | kBlock | kThread, 0)                 \
+  X(Square, "square", 1, 1, Unary, kKernel | kBlock | kThread, 0)                         \
+  X(Tanh, "tanh", 1, 1, Unary, kKernel | kBlock | kThread, 0)                             \
+  X(Sigmoid, "sigmoid", 1, 1, Unary, kKernel | kBlock | kThread, 0)                       \
+  X(Silu, "silu", 1, 1, Unary, kKernel | kBlock | kThread, 0)                             \
+  X(Relu, "relu", 1, 1, Unary, kKernel | kBlock | kThread, 0)                             \
+  X(Gelu, "gelu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrApproximate)              \
+  X(LeakyRelu, "leaky_relu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrNegativeSlope) \
+  X(Clamp, "clamp", 1, 1, Unary, kKernel | kBlock | kThread, kAttrMin | kAttrMax)         \
+  X(Sum, "sum", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                  \
+  X(Mean, "mean", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                \
+  X(Max, "max", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                  \
+  X(Softmax, "softmax", 1, 1, Softmax, kKernel, kAttrDim)                                 \
+  X(RmsNorm, "rms_norm", 1, 2, RmsNorm, kKernel, kAttrEps)                                \
+  X(GraphDefined, "graph_defined", 1, 64, GraphDefined, kKernel, 0)                       \
+  X(Input, "input", 0, 0, Input, kBlock, 0)                                               \
+  X(Output, "output", 1, 1, Output, kBlock, 0)                                            \
+  X(AccumSum, "accum_sum", 1, 1, Accum, kBlock, 0)                                        \
+  X(AccumMax, "accum_max", 1, 1, Accum, kBlock, 0)                                        \
+  X(AccumRescale, "accum_rescale", 2, 2, Accum, kBlock, 0)                                \
   X(Fused, "fused", 1, 16, Fused, kBlock, 0)
 
 enum class OpKind : uint8_t {
@@ -100,7 +100,9 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(OpKind k);
-inline const char* op_name(OpKind k) { return op_info(k).name; }
+inline const char* op_name(OpKind k) {
+  return op_info(k).name;
+}
 std::optional<OpKind> op_from_name(std::string_view name);
 const std::vector<OpInfo>& all_ops();
 // The known op name closest to `name` (edit distance), for "did you mean" hints; "" if none.
@@ -118,7 +120,7 @@ struct Attrs {
   double value = 0.0;     // Constant
   double eps = 1e-6;      // RmsNorm
   GeluApprox approximate = GeluApprox::None;
-  double negative_slope = 0.01;  // LeakyRelu
+  double negative_slope = 0.01;    // LeakyRelu
   std::optional<double> min, max;  // Clamp
 
   bool operator==(const Attrs&) const = default;

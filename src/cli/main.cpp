@@ -1,0 +1,5 @@
+// The kiln command line: a straight-line driver over the library layers.
+#include <cstdio>
+int main() {
+  return 0;
+}

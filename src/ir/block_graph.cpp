@@ -1,0 +1,339 @@
+// Block graphs: the checking builder, derived tile shapes and stages, and the resource rule.
+#include "kiln/ir/block_graph.h"
+
+#include <algorithm>
+
+#include "kiln/ir/diag.h"
+#include "kiln/ir/kernel_graph.h"
+
+namespace kiln {
+
+const char* stage_name(Stage s) {
+  switch (s) {
+    case Stage::Invariant:
+      return "invariant";
+    case Stage::Loop:
+      return "loop";
+    case Stage::Post:
+      return "post";
+  }
+  return "?";
+}
+
+int64_t BlockGraph::num_blocks() const {
+  int64_t n = 1;
+  for (int64_t g : grid) n *= g;
+  return n;
+}
+
+int64_t BlockGraph::num_iterations() const {
+  int64_t n = 1;
+  for (int64_t l : loop) n *= l;
+  return n;
+}
+
+void check_thread_graph(const ThreadGraph& tg) {
+  if (tg.num_inputs < 1 || tg.num_inputs > 16)
+    user_error(ErrorCode::Structure, "a thread graph takes 1 to 16 inputs, not {}", tg.num_inputs);
+  if (tg.ops.empty() || tg.ops.size() > 64)
+    user_error(ErrorCode::Structure, "a thread graph has 1 to 64 ops, not {}", tg.ops.size());
+  for (size_t j = 0; j < tg.ops.size(); ++j) {
+    const ThreadOp& op = tg.ops[j];
+    const OpInfo& info = op_info(op.kind);
+    if (!(info.levels & kThread))
+      user_error(ErrorCode::Op, "thread op {}: {} is not an elementwise op", j, info.name);
+    int n = static_cast<int>(op.inputs.size());
+    if (n < info.min_inputs || n > info.max_inputs)
+      user_error(ErrorCode::Op, "thread op {}: {} takes {} inputs, got {}", j, info.name,
+                 info.min_inputs, n);
+    for (int r : op.inputs)
+      if (r < 0 || r >= tg.num_inputs + static_cast<int>(j))
+        user_error(ErrorCode::Structure,
+                   "thread op {}: operand {} is neither an input nor an earlier op", j, r);
+    if (op.kind == OpKind::Clamp && op.attrs.min && op.attrs.max && *op.attrs.min > *op.attrs.max)
+      user_error(ErrorCode::Op, "thread op {}: clamp min is greater than max", j);
+  }
+}
+
+BlockGraphBuilder::BlockGraphBuilder(std::vector<int64_t> grid, int block_threads,
+                                     std::vector<int64_t> loop, std::vector<TensorDesc> inputs) {
+  if (grid.empty() || grid.size() > 3)
+    user_error(ErrorCode::Structure, "a grid has 1 to 3 dims, not {}", grid.size());
+  for (size_t i = 0; i < grid.size(); ++i) {
+    int64_t limit = i == 0 ? (int64_t(1) << 31) - 1 : 65535;
+    if (grid[i] < 1 || grid[i] > limit)
+      user_error(ErrorCode::Structure, "grid dim {} is {}; it must be in [1, {}]", i, grid[i],
+                 limit);
+  }
+  if (block_threads < 32 || block_threads > 1024 || block_threads % 32 != 0)
+    throw UserError(ErrorCode::Structure, fmt::format("block_threads is {}", block_threads),
+                    "a block has a multiple of 32 threads, from 32 to 1024");
+  if (loop.size() > 3)
+    user_error(ErrorCode::Structure, "a for-loop has 0 to 3 dims, not {}", loop.size());
+  for (size_t i = 0; i < loop.size(); ++i)
+    if (loop[i] < 1 || loop[i] > (int64_t(1) << 31))
+      user_error(ErrorCode::Structure, "loop dim {} has range {}; it must be positive", i, loop[i]);
+  for (const TensorDesc& t : inputs)
+    if (t.shape.size() > static_cast<size_t>(kMaxRank) || numel(t.shape) <= 0)
+      user_error(ErrorCode::Shape, "block graph input {} has invalid shape {}", t.name,
+                 shape_str(t.shape));
+  g_.grid = std::move(grid);
+  g_.block_threads = block_threads;
+  g_.loop = std::move(loop);
+  g_.inputs = std::move(inputs);
+}
+
+int BlockGraphBuilder::push(BlockOp op) {
+  if (op.name.empty()) op.name = fmt::format("t{}", g_.ops.size());
+  if (!is_valid_name(op.name))
+    throw UserError(ErrorCode::Name, fmt::format("invalid block op name \"{}\"", op.name),
+                    "names match [A-Za-z_][A-Za-z0-9_]*");
+  for (const BlockOp& o : g_.ops)
+    if (o.name == op.name) user_error(ErrorCode::Name, "duplicate block op name \"{}\"", op.name);
+  g_.ops.push_back(std::move(op));
+  return static_cast<int>(g_.ops.size()) - 1;
+}
+
+namespace {
+
+// Checks a map (imap/omap over grid dims, or fmap over loop dims) against a tensor rank.
+void check_map(const std::vector<int>& map, size_t want, size_t rank, const char* what,
+               const std::string& op) {
+  if (map.size() != want)
+    user_error(ErrorCode::Map, "{}: {} has {} entries but there are {} {} dims", op, what,
+               map.size(), want, std::string(what) == "fmap" ? "loop" : "grid");
+  std::vector<bool> used(rank, false);
+  for (int d : map) {
+    if (d == -1) continue;
+    if (d < 0 || d >= static_cast<int>(rank))
+      user_error(ErrorCode::Map, "{}: {} entry {} is not a dim of a rank-{} tensor (or -1)", op,
+                 what, d, rank);
+    if (used[d]) user_error(ErrorCode::Map, "{}: {} maps two dims to tensor dim {}", op, what, d);
+    used[d] = true;
+  }
+}
+
+// Product of grid extents (resp. loop ranges) mapped to tensor dim d.
+int64_t mapped_extent(const std::vector<int>& map, const std::vector<int64_t>& extents, int d) {
+  for (size_t i = 0; i < map.size(); ++i)
+    if (map[i] == d) return extents[i];
+  return 1;
+}
+
+}  // namespace
+
+int BlockGraphBuilder::input(int io, std::vector<int> imap, std::vector<int> fmap,
+                             std::string name) {
+  std::string who = fmt::format("input {}", name.empty() ? fmt::format("#{}", io) : name);
+  if (io < 0 || io >= static_cast<int>(g_.inputs.size()))
+    user_error(ErrorCode::Structure, "{}: input index {} is out of range (the kernel has {})", who,
+               io, g_.inputs.size());
+  const TensorDesc& t = g_.inputs[io];
+  size_t rank = t.shape.size();
+  check_map(imap, g_.grid.size(), rank, "imap", who);
+  check_map(fmap, g_.loop.size(), rank, "fmap", who);
+  BlockOp op{OpKind::Input,   std::move(name), {}, {}, io,
+             std::move(imap), std::move(fmap), {}, {}, Stage::Invariant};
+  op.shape = t.shape;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t div = mapped_extent(op.imap, g_.grid, d) * mapped_extent(op.fmap, g_.loop, d);
+    if (t.shape[d] % div != 0)
+      throw UserError(ErrorCode::Map,
+                      fmt::format("{}: dim {} of {} ({}) is not divisible by {} (grid x loop)", who,
+                                  d, t.name, t.shape[d], div),
+                      "tiles must divide the tensor exactly");
+    op.shape[d] = t.shape[d] / div;
+  }
+  bool loops = std::any_of(op.fmap.begin(), op.fmap.end(), [](int d) { return d >= 0; });
+  op.stage = loops ? Stage::Loop : Stage::Invariant;
+  return push(std::move(op));
+}
+
+static Stage combine_stages(const std::vector<Stage>& in, const std::string& who) {
+  bool loop = false, post = false;
+  for (Stage s : in) loop |= s == Stage::Loop, post |= s == Stage::Post;
+  if (loop && post)
+    throw UserError(ErrorCode::Structure,
+                    fmt::format("{} mixes a loop-body tile with a post-loop tile", who),
+                    "accumulate the loop-body tile first");
+  return loop ? Stage::Loop : post ? Stage::Post : Stage::Invariant;
+}
+
+int BlockGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name) {
+  const OpInfo& info = op_info(kind);
+  std::string who = fmt::format("{} {}", info.name, name.empty() ? "(unnamed)" : name);
+  if (!(info.levels & kBlock) || info.cls == OpClass::Input || info.cls == OpClass::Output ||
+      info.cls == OpClass::Fused)
+    user_error(ErrorCode::Op, "{}: {} is not a block compute op", who, info.name);
+  std::vector<Shape> shapes;
+  std::vector<Stage> stages;
+  for (int i : inputs) {
+    if (i < 0 || i >= static_cast<int>(g_.ops.size()) || g_.ops[i].kind == OpKind::Output)
+      user_error(ErrorCode::Structure, "{}: operand {} is not an earlier tile", who, i);
+    shapes.push_back(g_.ops[i].shape);
+    stages.push_back(g_.ops[i].stage);
+  }
+  BlockOp op{kind, std::move(name), inputs, attrs, -1, {}, {}, {}, {}, Stage::Invariant};
+  if (info.cls == OpClass::Accum) {
+    int n = static_cast<int>(inputs.size());
+    if (n < info.min_inputs || n > info.max_inputs)
+      user_error(ErrorCode::Op, "{} takes {} inputs, got {}", who, info.min_inputs, n);
+    for (Stage s : stages)
+      if (s == Stage::Post)
+        user_error(ErrorCode::Structure, "{}: accumulates a post-loop tile", who);
+    if (kind == OpKind::AccumRescale) {
+      auto b = broadcast_shapes(shapes[0], shapes[1]);
+      if (!b || *b != shapes[0])
+        user_error(ErrorCode::Shape, "{}: max tile {} does not broadcast to value tile {}", who,
+                   shape_str(shapes[1]), shape_str(shapes[0]));
+    }
+    op.shape = shapes[0];
+    op.stage = Stage::Post;
+  } else {
+    op.shape = infer_op_shape(kind, shapes, op.attrs);
+    op.stage = combine_stages(stages, who);
+  }
+  return push(std::move(op));
+}
+
+int BlockGraphBuilder::fused(ThreadGraph tg, std::vector<int> inputs, std::string name) {
+  std::string who = fmt::format("fused {}", name.empty() ? "(unnamed)" : name);
+  check_thread_graph(tg);
+  if (static_cast<int>(inputs.size()) != tg.num_inputs)
+    user_error(ErrorCode::Structure, "{}: the thread graph takes {} inputs, given {}", who,
+               tg.num_inputs, inputs.size());
+  Shape shape;
+  std::vector<Stage> stages;
+  for (int i : inputs) {
+    if (i < 0 || i >= static_cast<int>(g_.ops.size()) || g_.ops[i].kind == OpKind::Output)
+      user_error(ErrorCode::Structure, "{}: operand {} is not an earlier tile", who, i);
+    auto b = broadcast_shapes(shape, g_.ops[i].shape);
+    if (!b)
+      user_error(ErrorCode::Shape, "{}: input tiles do not broadcast: {} and {}", who,
+                 shape_str(shape), shape_str(g_.ops[i].shape));
+    shape = *b;
+    stages.push_back(g_.ops[i].stage);
+  }
+  BlockOp op{OpKind::Fused,
+             std::move(name),
+             std::move(inputs),
+             {},
+             -1,
+             {},
+             {},
+             std::make_shared<const ThreadGraph>(std::move(tg)),
+             shape,
+             Stage::Invariant};
+  op.stage = combine_stages(stages, who);
+  return push(std::move(op));
+}
+
+int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int> fmap, DType dtype,
+                              std::string tensor_name, int rank, std::string name) {
+  std::string who = fmt::format("output {}", tensor_name);
+  if (value < 0 || value >= static_cast<int>(g_.ops.size()) || g_.ops[value].kind == OpKind::Output)
+    user_error(ErrorCode::Structure, "{}: operand {} is not an earlier tile", who, value);
+  const BlockOp& v = g_.ops[value];
+  int trank = static_cast<int>(v.shape.size());
+  if (rank < 0) rank = trank;
+  if (rank < trank || rank > kMaxRank)
+    user_error(ErrorCode::Shape, "{}: rank {} must be between the tile's rank {} and {}", who, rank,
+               trank, kMaxRank);
+  check_map(omap, g_.grid.size(), rank, "omap", who);
+  check_map(fmap, g_.loop.size(), rank, "fmap", who);
+  for (size_t i = 0; i < g_.grid.size(); ++i)
+    if (g_.grid[i] > 1 && omap[i] < 0)
+      throw UserError(
+          ErrorCode::Map,
+          fmt::format("{}: grid dim {} (extent {}) is not mapped by the omap", who, i, g_.grid[i]),
+          "every block must write its own part of the output");
+  if (v.stage == Stage::Loop) {
+    for (size_t i = 0; i < g_.loop.size(); ++i)
+      if (g_.loop[i] > 1 && fmap[i] < 0)
+        throw UserError(ErrorCode::Map,
+                        fmt::format("{}: saves a loop-body tile but loop dim {} is not mapped by "
+                                    "its fmap",
+                                    who, i),
+                        "map the loop dim to an output dim, or accumulate the tile first");
+  } else {
+    for (int d : fmap)
+      if (d >= 0)
+        user_error(ErrorCode::Map, "{}: a post-loop tile is saved once; its fmap must be all -1",
+                   who);
+  }
+  TensorDesc out{std::move(tensor_name), Shape(rank), dtype};
+  if (!is_valid_name(out.name))
+    throw UserError(ErrorCode::Name, fmt::format("invalid output tensor name \"{}\"", out.name),
+                    "names match [A-Za-z_][A-Za-z0-9_]*");
+  for (const TensorDesc& o : g_.outputs)
+    if (o.name == out.name) user_error(ErrorCode::Name, "duplicate output name \"{}\"", out.name);
+  int64_t total = 1;
+  for (int d = 0; d < rank; ++d) {
+    int64_t t = d < rank - trank ? 1 : v.shape[d - (rank - trank)];
+    out.shape[d] = t * mapped_extent(omap, g_.grid, d) * mapped_extent(fmap, g_.loop, d);
+    total *= out.shape[d];
+    if (total > kMaxElements) user_error(ErrorCode::Shape, "{}: output too large", who);
+  }
+  BlockOp op{
+      OpKind::Output,  std::move(name), {value}, {},      static_cast<int>(g_.outputs.size()),
+      std::move(omap), std::move(fmap), {},      v.shape, v.stage};
+  g_.outputs.push_back(std::move(out));
+  return push(std::move(op));
+}
+
+BlockResources block_resources(const BlockGraph& bg) {
+  BlockResources r;
+  r.regs_per_thread = 32;
+  auto regs = [&](const Shape& s) {
+    return static_cast<int>((numel(s) + bg.block_threads - 1) / bg.block_threads);
+  };
+  for (size_t i = 0; i < bg.ops.size(); ++i) {
+    const BlockOp& op = bg.ops[i];
+    const OpInfo& info = op_info(op.kind);
+    if (info.cls == OpClass::Output) continue;
+    if (info.cls == OpClass::Input) {
+      r.smem_bytes += numel(op.shape) * dtype_bytes(bg.inputs[op.io].dtype);
+      continue;
+    }
+    if (info.cls == OpClass::Accum) {
+      r.regs_per_thread += regs(op.shape);
+      continue;
+    }
+    bool consumed = false, only_accums = true;
+    for (const BlockOp& c : bg.ops)
+      for (int in : c.inputs)
+        if (in == static_cast<int>(i)) {
+          consumed = true;
+          only_accums &= op_info(c.kind).cls == OpClass::Accum;
+        }
+    if (consumed && only_accums)
+      r.regs_per_thread += regs(op.shape);
+    else
+      r.smem_bytes += numel(op.shape) * 4;
+  }
+  return r;
+}
+
+BlockGraph BlockGraphBuilder::finish(const Target& target) && {
+  if (g_.outputs.empty()) user_error(ErrorCode::Structure, "a block graph needs an output");
+  if (g_.block_threads > target.max_threads_per_block)
+    user_error(ErrorCode::Resource, "block_threads {} exceeds {} on {}", g_.block_threads,
+               target.max_threads_per_block, target.name);
+  BlockResources r = block_resources(g_);
+  if (r.smem_bytes > target.smem_per_block)
+    throw UserError(ErrorCode::Resource,
+                    fmt::format("the block graph needs {} bytes of shared memory; {} allows {}",
+                                r.smem_bytes, target.name, target.smem_per_block),
+                    "use smaller tiles: more grid blocks or more loop iterations");
+  if (r.regs_per_thread > target.regs_per_thread_max ||
+      int64_t(r.regs_per_thread) * g_.block_threads > target.regs_per_sm)
+    throw UserError(ErrorCode::Resource,
+                    fmt::format("the block graph needs {} registers per thread x {} threads; {} "
+                                "allows {} per thread and {} per block",
+                                r.regs_per_thread, g_.block_threads, target.name,
+                                target.regs_per_thread_max, target.regs_per_sm),
+                    "use smaller accumulator tiles or more threads");
+  return std::move(g_);
+}
+
+}  // namespace kiln
