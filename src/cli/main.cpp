@@ -1,5 +1,51 @@
-// The kiln command line: a straight-line driver over the library layers.
+// The kiln command line: a straight-line driver over the library layers. Exit status: 0 on
+// success, 2 on invalid input (bad arguments, a malformed spec or μGraph), 1 on any other
+// failure.
 #include <cstdio>
-int main() {
-  return 0;
+#include <exception>
+
+#include "commands.h"
+#include "kiln/ir/diag.h"
+#include "kiln/version.h"
+
+namespace kiln::cli {
+int& exit_status() {
+  static int status = 0;
+  return status;
+}
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kiln: a superoptimizer for GPU tensor programs.\n"
+      "Reads a tensor program (a spec, spec/1) or a μGraph (mugraph/1) as JSON."};
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 success, 1 failure, 2 invalid input.\n"
+      "Run `kiln COMMAND --help` for a command's options.");
+  kiln::cli::add_show(app);
+  kiln::cli::add_eval(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const kiln::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.render().c_str());
+    return 2;
+  } catch (const kiln::InternalError& e) {
+    std::fprintf(stderr, "kiln: %s\nThis is a bug in Kiln; please report it.\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: %s\n", e.what());
+    return 1;
+  }
+  return kiln::cli::exit_status();
 }

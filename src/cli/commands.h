@@ -1,0 +1,17 @@
+// The kiln CLI's subcommands. Each registers itself on the app with its options and a callback;
+// main() dispatches and maps failures to exit codes (0 ok, 1 failure/"not equivalent",
+// 2 invalid input).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+void add_show(CLI::App& app);
+void add_eval(CLI::App& app);
+
+// Set by a subcommand whose outcome is a negative answer rather than an error (e.g. verify
+// finding a difference): main() exits with it after a successful parse.
+int& exit_status();
+
+}  // namespace kiln::cli
