@@ -1,0 +1,427 @@
+// The mugraph/1 codec: exact round trips of graphs built with the builders and of every example
+// file, format dispatch in load_graph_file, and the decoding diagnostics (code and JSON path).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
+#include "mugraph_samples.h"
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+
+// Structural equality of two graphs, including every derived field of every block op.
+void expect_same_graph(const KernelGraph& a, const KernelGraph& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.doc, b.doc);
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(a.outputs, b.outputs);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    const KernelOp &x = a.ops[i], &y = b.ops[i];
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.inputs, y.inputs);
+    EXPECT_EQ(x.outputs, y.outputs);
+    EXPECT_EQ(x.attrs, y.attrs);
+    ASSERT_EQ(x.block == nullptr, y.block == nullptr);
+    if (!x.block) continue;
+    const BlockGraph &p = *x.block, &q = *y.block;
+    EXPECT_EQ(p.grid, q.grid);
+    EXPECT_EQ(p.block_threads, q.block_threads);
+    EXPECT_EQ(p.loop, q.loop);
+    EXPECT_EQ(p.inputs, q.inputs);
+    EXPECT_EQ(p.outputs, q.outputs);
+    ASSERT_EQ(p.ops.size(), q.ops.size());
+    for (size_t k = 0; k < p.ops.size(); ++k) {
+      const BlockOp &u = p.ops[k], &v = q.ops[k];
+      EXPECT_EQ(u.kind, v.kind);
+      EXPECT_EQ(u.name, v.name);
+      EXPECT_EQ(u.inputs, v.inputs);
+      EXPECT_EQ(u.attrs, v.attrs) << u.name;
+      EXPECT_EQ(u.io, v.io);
+      EXPECT_EQ(u.imap, v.imap);
+      EXPECT_EQ(u.fmap, v.fmap);
+      EXPECT_EQ(u.shape, v.shape);
+      EXPECT_EQ(u.stage, v.stage);
+      ASSERT_EQ(u.thread == nullptr, v.thread == nullptr);
+      if (u.thread) {
+        EXPECT_EQ(*u.thread, *v.thread);
+      }
+    }
+  }
+}
+
+// graph -> JSON -> graph -> JSON, through both the DOM and the text form.
+void expect_round_trip(const KernelGraph& g) {
+  json j1 = mugraph_to_json(g);
+  KernelGraph g2 = mugraph_from_json(j1);
+  EXPECT_EQ(j1, mugraph_to_json(g2));
+  expect_same_graph(g, g2);
+  std::string text = write_mugraph(g);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  KernelGraph g3 = parse_mugraph(text, "round_trip.json");
+  EXPECT_EQ(write_mugraph(g3), text);
+  EXPECT_EQ(mugraph_to_json(g3), j1);
+}
+
+TEST(MugraphJson, RoundTripsEverySample) {
+  for (auto& [name, g] : samples::all()) {
+    SCOPED_TRACE(name);
+    expect_round_trip(g);
+  }
+}
+
+TEST(MugraphJson, SamplesCoverEveryBlockAndThreadOpKind) {
+  // Guards the round-trip test: adding an op to KILN_OPS without a sample using it fails here.
+  std::set<OpKind> kernel, block, thread;
+  for (auto& [name, g] : samples::all())
+    for (const KernelOp& op : g.ops) {
+      kernel.insert(op.kind);
+      if (!op.block) continue;
+      for (const BlockOp& b : op.block->ops) {
+        block.insert(b.kind);
+        if (b.thread)
+          for (const ThreadOp& t : b.thread->ops) thread.insert(t.kind);
+      }
+    }
+  for (const OpInfo& info : all_ops()) {
+    if (info.cls == OpClass::Binary || info.cls == OpClass::Unary) continue;  // a sample each
+    if (info.levels & kBlock) {
+      EXPECT_TRUE(block.count(info.kind)) << "block op " << info.name;
+    }
+    if (info.levels & kKernel) {
+      EXPECT_TRUE(kernel.count(info.kind)) << "kernel op " << info.name;
+    }
+  }
+  EXPECT_TRUE(thread.count(OpKind::Constant));
+  EXPECT_TRUE(thread.count(OpKind::Clamp));
+  EXPECT_TRUE(thread.count(OpKind::Gelu));
+  EXPECT_TRUE(thread.count(OpKind::LeakyRelu));
+}
+
+TEST(MugraphJson, WritesEveryAcceptedAttrExplicitly) {
+  json j = mugraph_to_json(samples::spec_like());
+  const json& ks = j["kernels"];
+  auto find = [&](const std::string& n) -> const json& {
+    for (const json& k : ks)
+      if (k["name"] == n) return k;
+    ADD_FAILURE() << "no kernel " << n;
+    return ks[0];
+  };
+  EXPECT_EQ(find("T")["attrs"], json::parse(R"({"perm": [1, 0]})"));  // default perm filled in
+  EXPECT_EQ(find("R")["attrs"], json::parse(R"({"dim": 1, "keepdim": false})"));  // normalized
+  EXPECT_EQ(find("P")["attrs"], json::parse(R"({"dim": 1})"));
+  EXPECT_EQ(find("G")["attrs"], json::parse(R"({"approximate": "tanh"})"));
+  EXPECT_EQ(find("C")["attrs"], json::parse(R"({"min": -1.0})"));  // max unset: absent
+  EXPECT_FALSE(find("Y").contains("attrs"));
+  EXPECT_EQ(j["format"], "mugraph/1");
+  EXPECT_EQ(j["target"], "sm_90a");
+}
+
+TEST(MugraphJson, DoublesSurviveExactly) {
+  KernelGraphBuilder b("consts");
+  int x = b.input("X", {4}, DType::F32);
+  for (double v : {0.1, 1.0 / 3.0, -2.5e-300, 6.02214076e23, 1e-6, 0.0}) {
+    Attrs a;
+    a.value = v;
+    int c = b.op(OpKind::Constant, {}, a, "c" + std::to_string(b.peek().ops.size()));
+    x = b.op(OpKind::Add, {x, c}, {}, "a" + std::to_string(b.peek().ops.size()));
+  }
+  b.output(x);
+  KernelGraph g = std::move(b).finish();
+  KernelGraph g2 = parse_mugraph(write_mugraph(g));
+  for (size_t i = 0; i < g.ops.size(); ++i) EXPECT_EQ(g.ops[i].attrs.value, g2.ops[i].attrs.value);
+}
+
+TEST(MugraphJson, ReadsByNameOrIndexAndFillsDefaults) {
+  // Hand-written forms the canonical writer does not produce: input by index, no block_threads,
+  // no loop, no fmap, no name for block ops, a float-typed integer constant.
+  const char* text = R"({
+    "format": "mugraph/1", "name": "g",
+    "inputs": [{"name": "X", "shape": [8, 32], "dtype": "float16"}],
+    "kernels": [{"name": "k", "op": "graph_defined", "inputs": ["X"], "grid": [2],
+                 "block_ops": [
+                   {"op": "input", "input": 0, "imap": [0]},
+                   {"op": "exp", "inputs": ["t0"]},
+                   {"op": "output", "inputs": ["t1"], "output": "Y", "dtype": "f32", "omap": [0]}]}],
+    "outputs": ["Y"]})";
+  KernelGraph g = parse_mugraph(text);
+  const BlockGraph& bg = *g.ops[0].block;
+  EXPECT_EQ(bg.block_threads, 128);
+  EXPECT_TRUE(bg.loop.empty());
+  EXPECT_EQ(bg.ops[1].shape, (Shape{4, 32}));
+  EXPECT_EQ(g.tensor(g.outputs[0]).shape, (Shape{8, 32}));
+  json j = mugraph_to_json(g);
+  EXPECT_EQ(j["kernels"][0]["block_ops"][0]["input"], "X");
+  EXPECT_EQ(j["kernels"][0]["block_threads"], 128);
+}
+
+TEST(MugraphJson, LoadGraphFileDispatchesOnFormat) {
+  auto dir = std::filesystem::path(KILN_BINARY_DIR) / "mugraph_json_test";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  std::string spec = R"({"name": "s", "inputs": [{"name": "X", "shape": [2, 3], "dtype": "f16"}],
+                         "nodes": [{"name": "Y", "op": "exp", "inputs": ["X"]}], "outputs": ["Y"]})";
+  EXPECT_TRUE(load_graph_file(write("spec.json", spec)).is_spec());
+  KernelGraph mg = samples::flash_attention();
+  KernelGraph back = load_graph_file(write("fa.mugraph.json", write_mugraph(mg)));
+  EXPECT_EQ(mugraph_to_json(back), mugraph_to_json(mg));
+  std::string bad = write("bad.json", R"({"format": "graph/9", "name": "x"})");
+  try {
+    load_graph_file(bad);
+    FAIL() << "accepted an unknown format";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Schema);
+    EXPECT_EQ(e.path(), "format");
+    EXPECT_EQ(e.file(), bad);
+  }
+}
+
+TEST(MugraphJson, EveryExampleRoundTrips) {
+  auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "examples";
+  int seen = 0;
+  if (std::filesystem::exists(dir))
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      std::string file = entry.path().string();
+      if (!file.ends_with(".mugraph.json")) continue;
+      SCOPED_TRACE(file);
+      ++seen;
+      try {
+        KernelGraph g = load_graph_file(file);
+        EXPECT_FALSE(g.is_spec()) << "an example μGraph with no graph-defined op";
+        expect_round_trip(g);
+      } catch (const UserError& e) {
+        ADD_FAILURE() << e.render();
+      }
+    }
+  if (seen == 0) GTEST_SKIP() << "no examples/*.mugraph.json yet";
+}
+
+// ----------------------------------------------------------------------------------------------
+// Decoding errors. Each starts from a valid file and breaks one thing.
+
+json valid() {
+  return mugraph_to_json(samples::tiled_matmul());
+}
+
+// block_ops of tiled_matmul: 0 x, 1 w, 2 b, 3 m, 4 a, 5 f, 6 save.
+json& block_op(json& j, int k) {
+  return j["kernels"][0]["block_ops"][k];
+}
+
+void expect_error(const json& j, ErrorCode code, const std::string& path,
+                  const std::string& hint_part = {}) {
+  try {
+    mugraph_from_json(j, "t.mugraph.json");
+    ADD_FAILURE() << "accepted: " << j.dump();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), code) << e.render();
+    EXPECT_EQ(e.path(), path) << e.render();
+    EXPECT_EQ(e.file(), "t.mugraph.json");
+    if (!hint_part.empty()) {
+      EXPECT_NE(e.hint().find(hint_part), std::string::npos) << e.render();
+    }
+  }
+}
+
+TEST(MugraphJsonErrors, ValidBaseIsAccepted) {
+  EXPECT_NO_THROW(mugraph_from_json(valid()));
+}
+
+TEST(MugraphJsonErrors, UnknownKeys) {
+  json j = valid();
+  block_op(j, 1)["imapp"] = json::array({1});
+  expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[1].imapp", "\"imap\"");
+  j = valid();
+  j["kernel"] = json::array();
+  expect_error(j, ErrorCode::Schema, "kernel", "\"kernels\"");
+  j = valid();
+  j["kernels"][0]["block_ops"][5]["thread_ops"][0]["attr"] = json::object();
+  expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[5].thread_ops[0].attr");
+}
+
+TEST(MugraphJsonErrors, MissingOrMistypedKeys) {
+  json j = valid();
+  j["kernels"][0].erase("grid");
+  expect_error(j, ErrorCode::Schema, "kernels[0]");
+  j = valid();
+  j.erase("format");
+  expect_error(j, ErrorCode::Schema, "");
+  j = valid();
+  j["format"] = "mugraph/2";
+  expect_error(j, ErrorCode::Schema, "format");
+  j = valid();
+  j["kernels"][0]["block_threads"] = "128";
+  expect_error(j, ErrorCode::Schema, "kernels[0].block_threads");
+  j = valid();
+  block_op(j, 0)["imap"][0] = 1.5;
+  expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[0].imap[0]");
+  j = valid();
+  j["inputs"][0]["dtype"] = "f64";
+  expect_error(j, ErrorCode::Schema, "inputs[0].dtype");
+  j = valid();
+  j["target"] = "sm_70";
+  expect_error(j, ErrorCode::Schema, "target");
+  j = valid();
+  block_op(j, 1).erase("fmap");  // the block graph has a loop dim
+  expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[1]");
+}
+
+TEST(MugraphJsonErrors, BadMaps) {
+  json j = valid();
+  block_op(j, 0)["imap"] = json::array({-1, 0});
+  expect_error(j, ErrorCode::Map, "kernels[0].block_ops[0].imap");
+  j = valid();
+  block_op(j, 1)["fmap"] = json::array();
+  expect_error(j, ErrorCode::Map, "kernels[0].block_ops[1].fmap");
+  j = valid();
+  block_op(j, 6)["omap"] = json::array({7});
+  expect_error(j, ErrorCode::Map, "kernels[0].block_ops[6]");
+  j = valid();
+  block_op(j, 6)["omap"] = json::array({-1});  // grid dim of extent 4 left unmapped
+  expect_error(j, ErrorCode::Map, "kernels[0].block_ops[6]");
+}
+
+TEST(MugraphJsonErrors, TileThatDoesNotDivide) {
+  json j = valid();
+  j["kernels"][0]["grid"] = json::array({3});  // W's 512 columns over 3 blocks
+  expect_error(j, ErrorCode::Map, "kernels[0].block_ops[1]");
+}
+
+TEST(MugraphJsonErrors, UnknownOrMisplacedOps) {
+  json j = valid();
+  block_op(j, 3)["op"] = "matmull";
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3].op", "\"matmul\"");
+  j = valid();
+  block_op(j, 3)["op"] = "softmax";
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3].op");
+  j = valid();
+  j["kernels"][0]["block_ops"][5]["thread_ops"][1]["op"] = "sum";
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[5].thread_ops[1].op");
+  j = valid();
+  j["kernels"].push_back(json::parse(R"({"name": "Z", "op": "accum_sum", "inputs": ["O"]})"));
+  expect_error(j, ErrorCode::Op, "kernels[1].op");
+  j = valid();
+  block_op(j, 3)["inputs"] = json::array({"x"});  // matmul of one tile
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3]");
+}
+
+TEST(MugraphJsonErrors, BadAttrs) {
+  json j = valid();
+  block_op(j, 3)["attrs"] = json::parse(R"({"eps": 1e-5})");
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3].attrs.eps", "matmul takes no attrs");
+  j = valid();
+  j["kernels"][0]["block_ops"][5]["thread_ops"][4]["attrs"]["mni"] = 1;
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[5].thread_ops[4].attrs.mni", "min, max");
+  j = valid();
+  j["kernels"][0]["block_ops"][5]["thread_ops"][6]["attrs"]["approximate"] = "erf";
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[5].thread_ops[6].attrs.approximate");
+  json s = mugraph_to_json(samples::spec_like());
+  for (json& k : s["kernels"])
+    if (k["name"] == "R") k.erase("attrs");
+  expect_error(s, ErrorCode::Op, "kernels[5]");  // a reduction must name its dim
+}
+
+TEST(MugraphJsonErrors, UnknownNames) {
+  json j = valid();
+  j["kernels"][0]["inputs"][1] = "Wx";
+  expect_error(j, ErrorCode::Name, "kernels[0].inputs[1]", "\"W\"");
+  j = valid();
+  block_op(j, 1)["input"] = "V";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[1].input");
+  j = valid();
+  block_op(j, 3)["inputs"][1] = "a";  // a later op
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].inputs[1]");
+  j = valid();
+  j["outputs"][0] = "P";
+  expect_error(j, ErrorCode::Name, "outputs[0]");
+  j = valid();
+  block_op(j, 3)["name"] = "x";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].name");
+  j = valid();
+  j["inputs"][1]["name"] = "X";
+  expect_error(j, ErrorCode::Name, "inputs[1].name");
+}
+
+TEST(MugraphJsonErrors, StructureAndStageMisuse) {
+  json j = valid();
+  block_op(j, 5)["inputs"] = json::array({"a", "m"});  // mixes post and loop tiles
+  expect_error(j, ErrorCode::Structure, "kernels[0].block_ops[5]");
+  j = valid();
+  j["kernels"][0]["block_ops"].erase(6);  // no saver
+  expect_error(j, ErrorCode::Structure, "kernels[0]");
+  j = valid();
+  j["kernels"][0]["block_ops"][5]["thread_ops"][1]["inputs"][0] = 9;  // forward reference
+  expect_error(j, ErrorCode::Structure, "kernels[0].block_ops[5]");
+}
+
+TEST(MugraphJsonErrors, SharedMemoryOverTheTarget) {
+  json j = json::parse(R"({
+    "format": "mugraph/1", "name": "big", "target": "sm_80",
+    "inputs": [{"name": "X", "shape": [256, 512], "dtype": "f16"}],
+    "kernels": [{"name": "k", "op": "graph_defined", "inputs": ["X"], "grid": [1],
+                 "block_ops": [
+                   {"name": "x", "op": "input", "input": "X", "imap": [-1]},
+                   {"name": "s", "op": "output", "inputs": ["x"], "output": "Y", "dtype": "f16",
+                    "omap": [-1]}]}],
+    "outputs": ["Y"]})");
+  // 256 KiB of f16 tile: over both targets.
+  expect_error(j, ErrorCode::Resource, "kernels[0]");
+  // 128 KiB fits sm_90a (227 KiB) and sm_80 (163 KiB); 192 KiB fits only sm_90a.
+  j["inputs"][0]["shape"] = json::array({128, 512});
+  EXPECT_NO_THROW(mugraph_from_json(j));
+  j["inputs"][0]["shape"] = json::array({192, 512});
+  expect_error(j, ErrorCode::Resource, "kernels[0]");
+  j["target"] = "sm_90a";
+  EXPECT_NO_THROW(mugraph_from_json(j));
+}
+
+TEST(MugraphJsonErrors, SyntaxErrorsCarryTheFile) {
+  try {
+    parse_mugraph("{\"format\": ", "broken.json");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Syntax);
+    EXPECT_EQ(e.file(), "broken.json");
+  }
+  try {
+    parse_mugraph("[1, 2]", "list.json");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Schema);
+    EXPECT_EQ(e.file(), "list.json");
+  }
+}
+
+TEST(MugraphJsonErrors, NonFiniteConstantsCannotBeWritten) {
+  KernelGraphBuilder b("inf");
+  int x = b.input("X", {4}, DType::F32);
+  Attrs a;
+  a.value = std::numeric_limits<double>::infinity();
+  int c = b.op(OpKind::Constant, {}, a, "c");
+  b.output(b.op(OpKind::Maximum, {x, c}, {}, "Y"));
+  KernelGraph g = std::move(b).finish();
+  try {
+    write_mugraph(g);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+  }
+}
+
+}  // namespace
+}  // namespace kiln

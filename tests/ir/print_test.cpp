@@ -1,0 +1,117 @@
+// The text and DOT printers: properties every graph's listing must have, not golden text.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kiln/ir/print.h"
+#include "mugraph_samples.h"
+
+namespace kiln {
+namespace {
+
+size_t count(const std::string& s, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) ++n;
+  return n;
+}
+
+int graph_defined_ops(const KernelGraph& g) {
+  int n = 0;
+  for (const KernelOp& op : g.ops) n += op.kind == OpKind::GraphDefined;
+  return n;
+}
+
+TEST(PrintText, MentionsEveryTensorKernelAndBlockOp) {
+  for (auto& [name, g] : samples::all()) {
+    SCOPED_TRACE(name);
+    std::string text = to_text(g);
+    EXPECT_NE(text.find(g.name), std::string::npos);
+    for (const TensorDesc& t : g.tensors) {
+      EXPECT_NE(text.find(t.name + ": " + dtype_name(t.dtype) + shape_str(t.shape)),
+                std::string::npos)
+          << t.name;
+    }
+    for (const KernelOp& op : g.ops) {
+      if (op.kind == OpKind::GraphDefined) {
+        EXPECT_NE(text.find("kernel " + op.name + "("), std::string::npos) << op.name;
+      } else {
+        EXPECT_NE(text.find(std::string(" = ") + op_name(op.kind) + "("), std::string::npos)
+            << op.name;
+      }
+      if (!op.block) continue;
+      EXPECT_NE(text.find("grid " + shape_str(op.block->grid)), std::string::npos);
+      EXPECT_NE(text.find("loop " + shape_str(op.block->loop)), std::string::npos);
+      BlockResources r = block_resources(*op.block);
+      EXPECT_NE(text.find(fmt::format("shared memory {} ", r.smem_bytes)), std::string::npos);
+      EXPECT_NE(text.find(fmt::format("registers/thread {} ", r.regs_per_thread)),
+                std::string::npos);
+      for (const BlockOp& b : op.block->ops) {
+        // One table row per block op: name, tile, stage, in that order.
+        std::string row_start = b.name;
+        size_t at = text.find("\n    " + row_start + " ");
+        ASSERT_NE(at, std::string::npos) << b.name;
+        std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+        EXPECT_NE(line.find(shape_str(b.shape)), std::string::npos) << line;
+        EXPECT_NE(line.find(stage_name(b.stage)), std::string::npos) << line;
+        if (b.kind == OpKind::Input || b.kind == OpKind::Output) {
+          EXPECT_NE(line.find("fmap "), std::string::npos) << line;
+        }
+        if (b.thread) {
+          EXPECT_NE(text.find(fmt::format("  -> {}\n", b.name)), std::string::npos);
+        }
+      }
+    }
+    EXPECT_NE(text.find("\noutputs: "), std::string::npos);
+  }
+}
+
+TEST(PrintText, ShowsAttrsAndThreadOps) {
+  std::string text = to_text(samples::spec_like());
+  EXPECT_NE(text.find("rms_norm(X, g, eps=1e-05)"), std::string::npos) << text;
+  EXPECT_NE(text.find("sum(T, dim=1, keepdim=false)"), std::string::npos) << text;
+  EXPECT_NE(text.find("clamp(L, min=-1)"), std::string::npos) << text;
+  std::string fa = to_text(samples::flash_attention());
+  EXPECT_NE(fa.find("%0 = sub(s, mx)"), std::string::npos) << fa;
+  EXPECT_NE(fa.find("%1 = exp(%0)  -> e"), std::string::npos) << fa;
+  EXPECT_NE(fa.find("accum_rescale(pv, mx)"), std::string::npos) << fa;
+}
+
+TEST(PrintDot, IsWellFormedWithOneClusterPerGraphDefinedOp) {
+  for (auto& [name, g] : samples::all()) {
+    SCOPED_TRACE(name);
+    std::string dot = to_dot(g);
+    EXPECT_EQ(dot.rfind("digraph ", 0), 0u);
+    // Braces balance and never close more than they opened.
+    int depth = 0, min_depth = 0;
+    for (char c : dot) {
+      depth += c == '{';
+      depth -= c == '}';
+      min_depth = std::min(min_depth, depth);
+    }
+    EXPECT_EQ(depth, 0);
+    EXPECT_EQ(min_depth, 0);
+    EXPECT_EQ(count(dot, "\"") % 2, count(dot, "\\\"") % 2) << "unbalanced quotes";
+    EXPECT_EQ(static_cast<int>(count(dot, "subgraph cluster_")), graph_defined_ops(g));
+    for (const KernelOp& op : g.ops) {
+      if (!op.block) continue;
+      for (const BlockOp& b : op.block->ops)
+        EXPECT_NE(dot.find("\"" + b.name + " = "), std::string::npos) << b.name;
+    }
+    for (const TensorDesc& t : g.tensors) EXPECT_NE(dot.find(t.name), std::string::npos);
+    // Every graph output has a node with an incoming edge.
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      EXPECT_NE(dot.find(fmt::format("-> \"out_{}\";", i)), std::string::npos);
+  }
+}
+
+TEST(PrintDot, EscapesQuotesInNames) {
+  KernelGraph g = samples::tiled_matmul();
+  g.name = "say \"hi\"";  // not a valid name, but the printer must not break on one
+  std::string dot = to_dot(g);
+  EXPECT_NE(dot.find("digraph \"say \\\"hi\\\"\""), std::string::npos) << dot.substr(0, 80);
+}
+
+}  // namespace
+}  // namespace kiln
