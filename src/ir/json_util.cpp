@@ -3,8 +3,9 @@
 // nlohmann's parser is iterative, but the DOM it builds is not checked for the things a hostile
 // file can do to us. So the text goes through nlohmann's SAX interface into our own DOM builder,
 // which refuses nesting deeper than kMaxJsonDepth as each container opens (before anything is
-// built under it) and refuses duplicate keys. nlohmann itself rejects invalid UTF-8, control
-// characters in strings, trailing garbage and numbers that overflow double. Every error names a
+// built under it) and refuses duplicate keys. NUL bytes are refused up front (nlohmann would take
+// one for the end of the input). nlohmann itself rejects invalid UTF-8, control characters in
+// strings, trailing garbage and numbers that overflow double. Every error names a
 // line and column; the input is read through a counting iterator so that the builder's own errors
 // can name one too.
 #include "json_util.h"
@@ -167,9 +168,8 @@ class StrictDomBuilder {
       f.node->push_back(std::move(v));
       return &f.node->back();
     }
-    return &f.node->get_ref<json::object_t&>()
-                .emplace(std::move(f.key), std::move(v))
-                .first->second;
+    // The key stays in the frame: the error path of anything nested under it needs it.
+    return &f.node->get_ref<json::object_t&>().emplace(f.key, std::move(v)).first->second;
   }
   bool put(json v) {
     place(std::move(v));
@@ -299,6 +299,9 @@ json parse_json_text(std::string_view text, const std::string& file) {
     if (text.size() > kMaxFileBytes)
       user_error(ErrorCode::Io, "input is {} bytes, more than the limit of {} MiB", text.size(),
                  kMaxFileBytes >> 20);
+    // nlohmann takes a NUL byte for the end of the input; every byte must count.
+    if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+      user_error(ErrorCode::Syntax, "invalid JSON at {}: a NUL byte", location(text, nul));
     size_t consumed = 0;
     StrictDomBuilder builder(text, consumed);
     const char* b = text.data();

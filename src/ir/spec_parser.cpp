@@ -210,18 +210,18 @@ class SpecReader {
   explicit SpecReader(const json& root) : root_(root) {}
 
   KernelGraph read() {
-    expect_object(root_, "");
+    if (!root_.is_object())
+      fail(ErrorCode::Schema, "",
+           fmt::format("a spec must be a JSON object, got {}", json_brief(root_)));
     check_keys(root_, "", {"format", "name", "doc", "inputs", "nodes", "outputs"});
     read_format();
     const std::string& name = expect_string(require(root_, "", "name"), "name");
     std::string doc;
     if (const json* d = find(root_, "doc")) doc = expect_string(*d, "doc");
-    try {
-      builder_.emplace(name, doc);
-    } catch (UserError& e) {
-      e.with_path("name");
-      throw;
-    }
+    if (!is_valid_name(name))
+      fail(ErrorCode::Name, "name", fmt::format("invalid graph name \"{}\"", printable(name)),
+           std::string(kNameRule) + ", at most 256 characters");
+    builder_.emplace(name, doc);
     const json& inputs = require_list(root_, "inputs", "input");
     const json& nodes = require_list(root_, "nodes", "node");
     const json& outputs = require_list(root_, "outputs", "output");
