@@ -725,10 +725,14 @@ json to_unordered(const ojson& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Pretty printing: a value goes on one line when it fits in kWidth columns, otherwise its members
-// go one per line. Keeps shapes, maps and small ops on one line, like hand-written files.
+// Pretty printing, in the layout people use when they write these files by hand: a value goes on
+// one line when it fits in kWidth columns. Otherwise the top levels (the file, its kernels) put
+// one member per line, and block and thread ops, which are many and short, are filled: members
+// are packed onto lines that continue one column right of the "{", and a member too long for a
+// line of its own is broken the same way one level down (a fused op's thread_ops: one per line).
 
 constexpr size_t kWidth = 100;
+constexpr size_t kFillDepth = 4;  // file 0, kernels 1, a kernel 2, block_ops 3, a block op 4
 
 std::string scalar_text(const ojson& v) {
   return v.dump(-1, ' ', false, ojson::error_handler_t::replace);
@@ -755,16 +759,57 @@ std::string compact(const ojson& v) {
   return scalar_text(v);
 }
 
+void pretty(const ojson& v, size_t indent, size_t col, size_t depth, std::string& out,
+            bool force_break = false);
+
+// An object whose "{" is at column `col`, filled as described above.
+void fill_object(const ojson& v, size_t col, size_t depth, std::string& out) {
+  size_t cont = col + 1, cur = col + 1, i = 0;
+  bool after_break = false;
+  out += "{";
+  for (const auto& [k, x] : v.items()) {
+    bool first = i == 0, last = ++i == v.size();
+    std::string key = scalar_text(ojson(k)) + ": ";
+    std::string text = key + compact(x);
+    size_t tail = last ? 2 : 1;  // room for "," or "},"
+    if (!first) {
+      out += ",";
+      if (!after_break && cur + 2 + text.size() + tail <= kWidth) {
+        out += " ";
+        cur += 2;
+      } else {
+        out += "\n" + std::string(cont, ' ');
+        cur = cont;
+      }
+    }
+    // A list of objects (thread_ops) gets a line per object, like block_ops one level up.
+    bool list_of_objects = x.is_array() && !x.empty() && x[0].is_object();
+    if (!list_of_objects && cur + text.size() + tail <= kWidth) {
+      out += text;
+      cur += text.size();
+      after_break = false;
+    } else {
+      out += key;
+      pretty(x, cont, cur + key.size(), depth + 1, out, list_of_objects);
+      after_break = true;
+    }
+  }
+  out += "}";
+}
+
 // Appends `v`, which starts at column `col` on a line indented by `indent`.
-void pretty(const ojson& v, size_t indent, size_t col, bool force_break, std::string& out) {
+void pretty(const ojson& v, size_t indent, size_t col, size_t depth, std::string& out,
+            bool force_break) {
   std::string one = compact(v);
-  if ((!force_break && col + one.size() <= kWidth) || v.empty() ||
+  // The top level always breaks; elsewhere leave room for a trailing comma.
+  if ((depth > 0 && !force_break && col + one.size() + 1 <= kWidth) || v.empty() ||
       !(v.is_object() || v.is_array())) {
     out += one;
     return;
   }
-  std::string pad(indent + 2, ' ');
   bool obj = v.is_object();
+  if (obj && depth >= kFillDepth) return fill_object(v, col, depth, out);
+  std::string pad(indent + 2, ' ');
   out += obj ? "{\n" : "[\n";
   bool first = true;
   for (const auto& [k, x] : v.items()) {
@@ -777,8 +822,7 @@ void pretty(const ojson& v, size_t indent, size_t col, bool force_break, std::st
       out += key;
       c += key.size();
     }
-    // Leave room for the trailing comma.
-    pretty(x, indent + 2, c + 1, false, out);
+    pretty(x, indent + 2, c, depth + 1, out);
   }
   out += "\n" + std::string(indent, ' ') + (obj ? "}" : "]");
 }
@@ -800,7 +844,7 @@ KernelGraph mugraph_from_json(const nlohmann::json& j, const std::string& file) 
 
 std::string write_mugraph(const KernelGraph& g) {
   std::string out;
-  pretty(encode_graph(g), 0, 0, true, out);
+  pretty(encode_graph(g), 0, 0, 0, out);
   return out + "\n";
 }
 
