@@ -165,13 +165,34 @@ std::string dot_label(const std::vector<std::string>& lines) {
   return fmt::format("\"{}\"", fmt::join(esc, "\\n"));
 }
 
+// Splits text into lines of at most `width` bytes at spaces (a longer word gets a line alone).
+std::vector<std::string> wrap(const std::string& text, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    at = end + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 }  // namespace
 
 std::string to_text(const KernelGraph& g) {
   std::string out;
   out += fmt::format("graph {}  (target {}, {} kernel{})\n", g.name, target_for(g.arch).name,
                      g.num_kernels(), g.num_kernels() == 1 ? "" : "s");
-  if (!g.doc.empty()) out += fmt::format("  # {}\n", g.doc);
+  for (const std::string& line : wrap(g.doc, 96)) out += fmt::format("  # {}\n", line);
   out += "inputs:\n";
   for (int t : g.inputs) out += fmt::format("  {}: {}\n", g.tensor(t).name, type_str(g.tensor(t)));
   out += "kernels:\n";
