@@ -3,10 +3,10 @@
 // The work is split by who can say what is wrong most precisely. This reader checks what only the
 // file can tell: keys, JSON types, names and where each is defined, op and attr spellings, attr
 // value types. Errors point at the exact JSON path (`nodes[3].inputs[1]`). What depends on shapes
-// (broadcasting, matmul inner dims, dim ranges, perms, rms_norm weights, clamp bounds, eps, rank
-// and element limits) is checked by KernelGraphBuilder, which knows the tensors' names; its errors
-// get the path of the node or input that was being built. Attr dims and perm entries are passed
-// to the builder as written (possibly negative); the builder normalizes them.
+// (broadcasting, matmul inner dims, arity, dim ranges, perms, rms_norm weights, clamp bounds,
+// eps >= 0, element limits) is checked by KernelGraphBuilder, which knows the tensors' names; its
+// errors get the path of the node or input being built. Attr dims and perm entries are passed to
+// the builder as written (possibly negative); the builder normalizes them.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -23,7 +23,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kSpecFormat = "spec/1";
-constexpr const char* kNameRule = "names match [A-Za-z_][A-Za-z0-9_]*";
+constexpr const char* kNameRule = "names match [A-Za-z_][A-Za-z0-9_]*, at most 256 characters";
 
 [[noreturn]] void fail(ErrorCode code, const std::string& path, std::string message,
                        std::string hint = {}) {
@@ -220,7 +220,7 @@ class SpecReader {
     if (const json* d = find(root_, "doc")) doc = expect_string(*d, "doc");
     if (!is_valid_name(name))
       fail(ErrorCode::Name, "name", fmt::format("invalid graph name \"{}\"", printable(name)),
-           std::string(kNameRule) + ", at most 256 characters");
+           kNameRule);
     builder_.emplace(name, doc);
     const json& inputs = require_list(root_, "inputs", "input");
     const json& nodes = require_list(root_, "nodes", "node");
@@ -268,11 +268,15 @@ class SpecReader {
     }
   }
 
+  void define(const std::string& name, int tensor, const std::string& path) {
+    auto it = defined_.emplace(name, Definition{tensor, path}).first;
+    defined_order_.push_back(it->first);
+  }
+
   // Checks a new name (valid, not yet defined) before the builder sees it.
   void check_new_name(const std::string& name, const std::string& path) {
     if (!is_valid_name(name))
-      fail(ErrorCode::Name, path, fmt::format("invalid name \"{}\"", printable(name)),
-           std::string(kNameRule) + ", at most 256 characters");
+      fail(ErrorCode::Name, path, fmt::format("invalid name \"{}\"", printable(name)), kNameRule);
     if (auto it = defined_.find(name); it != defined_.end())
       fail(ErrorCode::Name, path,
            fmt::format("duplicate name \"{}\"; it is already defined at {}", name, it->second.path),
@@ -302,7 +306,7 @@ class SpecReader {
            fmt::format("unknown dtype \"{}\"", printable(dtype_name)),
            "the dtypes are f16, bf16 and f32 (also spelled float16, bfloat16, float32)");
     try {
-      defined_.emplace(name, Definition{builder_->input(name, std::move(shape), *dtype), path});
+      define(name, builder_->input(name, std::move(shape), *dtype), path);
     } catch (UserError& e) {
       e.with_path(shape_path);  // name and dtype are checked above; what is left is the shape
       throw;
@@ -339,7 +343,7 @@ class SpecReader {
     }
     Attrs attrs = parse_attrs(find(node, "attrs"), info, path);
     try {
-      defined_.emplace(name, Definition{builder_->op(*kind, std::move(inputs), attrs, name), path});
+      define(name, builder_->op(*kind, std::move(inputs), attrs, name), path);
     } catch (UserError& e) {
       e.with_path(path);
       throw;
@@ -366,10 +370,7 @@ class SpecReader {
                        path_index("nodes", later->second)),
            hint);
     }
-    std::vector<std::string_view> known;
-    known.reserve(defined_.size());
-    for (const auto& [n, d] : defined_) known.push_back(n);
-    std::string hint = did_you_mean(closest_name(name, known));
+    std::string hint = did_you_mean(closest_name(name, defined_order_));
     fail(ErrorCode::Name, path, fmt::format("unknown name \"{}\"", printable(name)), hint);
   }
 
@@ -404,6 +405,8 @@ class SpecReader {
   const json& root_;
   std::optional<KernelGraphBuilder> builder_;
   std::unordered_map<std::string, Definition> defined_;
+  // Keys of defined_ in file order, so that suggestions do not depend on hash order.
+  std::vector<std::string_view> defined_order_;
   std::unordered_map<std::string, size_t> node_index_;  // first node of each name
   std::vector<std::string> node_names_;                 // "" where a node has no string name
   std::vector<std::vector<std::string>> node_inputs_;   // names each node uses
