@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <random>
 #include <set>
 #include <string>
 
@@ -421,6 +423,73 @@ TEST(MugraphJsonErrors, NonFiniteConstantsCannotBeWritten) {
   } catch (const UserError& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
   }
+}
+
+// Random edits of valid files: every outcome is a graph or a UserError, never a crash, an
+// InternalError or a stray library exception. A decoded graph must also write back.
+TEST(MugraphJsonErrors, RandomEditsOnlyEverGiveUserErrors) {
+  std::mt19937 rng(12345);
+  const json replacements[] = {json(nullptr),
+                               json(true),
+                               json(-1),
+                               json(0),
+                               json(3),
+                               json(1 << 30),
+                               json(2.5),
+                               json(-7.0),
+                               json("X"),
+                               json("a"),
+                               json("mul"),
+                               json::array(),
+                               json::array({-1}),
+                               json::array({0, 1}),
+                               json::object(),
+                               json(std::numeric_limits<int64_t>::max()),
+                               json(std::numeric_limits<uint64_t>::max())};
+  int accepted = 0, rejected = 0;
+  for (auto& [name, g] : samples::all()) {
+    json base = mugraph_to_json(g);
+    for (int trial = 0; trial < 400; ++trial) {
+      json j = base;
+      for (int edits = 1 + static_cast<int>(rng() % 3); edits > 0; --edits) {
+        // Walk to a random node, then replace, drop or grow it.
+        json* node = &j;
+        while ((node->is_object() || node->is_array()) && !node->empty() && rng() % 4 != 0) {
+          auto it = node->begin();
+          std::advance(it, rng() % node->size());
+          node = &*it;
+        }
+        switch (rng() % 3) {
+          case 0:
+            *node = replacements[rng() % std::size(replacements)];
+            break;
+          case 1:
+            if (node->is_object() && !node->empty())
+              node->erase(node->begin());
+            else if (node->is_array() && !node->empty())
+              node->erase(node->size() - 1);
+            break;
+          case 2:
+            if (node->is_array())
+              node->push_back(replacements[rng() % std::size(replacements)]);
+            else if (node->is_number_integer())
+              *node = node->get<int64_t>() + 1;
+            break;
+        }
+      }
+      try {
+        KernelGraph d = mugraph_from_json(j);
+        EXPECT_EQ(mugraph_to_json(parse_mugraph(write_mugraph(d))), mugraph_to_json(d));
+        ++accepted;
+      } catch (const UserError&) {
+        ++rejected;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << ": " << e.what() << "\n" << j.dump();
+      }
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace
