@@ -1,0 +1,58 @@
+// Kiln runtime, base: the macros, integer helpers and PTX address helpers every other runtime
+// header uses.
+//
+// The runtime is header-only and depends only on the CUDA toolkit. The emitter inlines the
+// headers' text into each generated .cu, in the order kiln_runtime.cuh includes them; every
+// header is guarded, and every include of a sibling header is wrapped in that sibling's guard,
+// so the concatenation compiles as is without a runtime/ directory on the include path.
+// Targets: sm_80 and newer (cp.async, ldmatrix, bf16 mma); sm_90 adds the bulk-copy engine.
+#ifndef KILN_RT_BASE_CUH
+#define KILN_RT_BASE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define KILN_DEV __device__ __forceinline__
+#define KILN_HD __host__ __device__ __forceinline__
+
+// True while compiling device code for sm_90 or newer (bulk copies, mbarrier tx-count).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_RT_SM90 1
+#else
+#define KILN_RT_SM90 0
+#endif
+
+namespace kiln {
+namespace rt {
+
+KILN_HD constexpr int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
+KILN_HD constexpr int round_up(int a, int b) {
+  return ceil_div(a, b) * b;
+}
+KILN_HD constexpr int min_i(int a, int b) {
+  return a < b ? a : b;
+}
+KILN_HD constexpr int max_i(int a, int b) {
+  return a > b ? a : b;
+}
+
+// Lane within the warp and warp within the block, for 1-D blocks.
+KILN_DEV int lane_id() {
+  return threadIdx.x & 31;
+}
+KILN_DEV int warp_id() {
+  return threadIdx.x >> 5;
+}
+
+// 32-bit shared-state-space address of a generic pointer into shared memory, for PTX operands.
+KILN_DEV uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+}  // namespace rt
+}  // namespace kiln
+
+#endif  // KILN_RT_BASE_CUH

@@ -1,0 +1,199 @@
+// Kiln runtime, elementwise: f16/bf16/f32 conversions and one device functor per elementwise op of
+// the spec vocabulary.
+//
+// All arithmetic is float32 whatever the storage type: the spec defines results in exact reals,
+// kernels accumulate in float32, and a tile is converted once on load and once on store. The
+// functors use the accurate libdevice forms (expf, tanhf, erff), not the approximate intrinsics,
+// so a float32 output stays within the spec's 1e-4 relative tolerance. Each functor is a small
+// struct with a const operator(), so it can be a template argument (epilogues) and carry
+// attributes (leaky_relu's slope, clamp's bounds) as members.
+#ifndef KILN_RT_ELEMENTWISE_CUH
+#define KILN_RT_ELEMENTWISE_CUH
+
+#ifndef KILN_RT_BASE_CUH
+#include "base.cuh"
+#endif
+
+namespace kiln {
+namespace rt {
+
+// ---- Conversions -------------------------------------------------------------------------------
+
+KILN_DEV float to_f32(float x) {
+  return x;
+}
+KILN_DEV float to_f32(__half x) {
+  return __half2float(x);
+}
+KILN_DEV float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+// Round-to-nearest-even conversion from float32 to the storage type T.
+template <typename T>
+KILN_DEV T from_f32(float x);
+template <>
+KILN_DEV float from_f32<float>(float x) {
+  return x;
+}
+template <>
+KILN_DEV __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+KILN_DEV __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Two 16-bit values packed in one 32-bit word (the element at the lower address in the low half,
+// as in memory and in mma fragments).
+template <typename T>
+KILN_DEV uint32_t pack2(float lo, float hi);
+template <>
+KILN_DEV uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+KILN_DEV uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <typename T>
+KILN_DEV float2 unpack2(uint32_t w);
+template <>
+KILN_DEV float2 unpack2<__half>(uint32_t w) {
+  return __half22float2(*reinterpret_cast<__half2*>(&w));
+}
+template <>
+KILN_DEV float2 unpack2<__nv_bfloat16>(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w));
+}
+
+// Elements of T in one 16-byte vector: 8 for f16/bf16, 4 for f32.
+template <typename T>
+struct Vec16 {
+  static constexpr int kElems = 16 / sizeof(T);
+};
+
+// Loads 16 bytes (Vec16<T>::kElems elements) and widens them to float32. p must be 16-byte
+// aligned. Compiles to one LDG.E.128 / LDS.128.
+template <typename T>
+KILN_DEV void load16_f32(const T* p, float* v) {
+  uint4 u = *reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y);
+    v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
+  } else {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = unpack2<T>(w[i]);
+      v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Narrows Vec16<T>::kElems float32 values to T and stores them as one 16-byte vector. p must be
+// 16-byte aligned.
+template <typename T>
+KILN_DEV void store16_f32(T* p, const float* v) {
+  uint4 u;
+  if constexpr (sizeof(T) == 4) {
+    u = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                   __float_as_uint(v[3]));
+  } else {
+    u = make_uint4(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]), pack2<T>(v[4], v[5]),
+                   pack2<T>(v[6], v[7]));
+  }
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+// ---- Unary ops ---------------------------------------------------------------------------------
+
+struct Identity {
+  KILN_DEV float operator()(float x) const { return x; }
+};
+struct Neg {
+  KILN_DEV float operator()(float x) const { return -x; }
+};
+struct Exp {
+  KILN_DEV float operator()(float x) const { return expf(x); }
+};
+struct Log {
+  KILN_DEV float operator()(float x) const { return logf(x); }
+};
+struct Sqrt {
+  KILN_DEV float operator()(float x) const { return sqrtf(x); }
+};
+struct Rsqrt {
+  KILN_DEV float operator()(float x) const { return rsqrtf(x); }
+};
+struct Reciprocal {
+  KILN_DEV float operator()(float x) const { return __frcp_rn(x); }
+};
+struct Square {
+  KILN_DEV float operator()(float x) const { return x * x; }
+};
+struct Tanh {
+  KILN_DEV float operator()(float x) const { return tanhf(x); }
+};
+// 1 / (1 + e^-x); e^-x overflows to +inf for x < -88 and the quotient is then exactly 0.
+struct Sigmoid {
+  KILN_DEV float operator()(float x) const { return 1.0f / (1.0f + expf(-x)); }
+};
+struct Silu {
+  KILN_DEV float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
+struct Relu {
+  KILN_DEV float operator()(float x) const { return fmaxf(x, 0.0f); }
+};
+// gelu with approximate="none": x/2 * (1 + erf(x/sqrt 2)).
+struct Gelu {
+  KILN_DEV float operator()(float x) const {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  }
+};
+// gelu with approximate="tanh": x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+struct GeluTanh {
+  KILN_DEV float operator()(float x) const {
+    const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+  }
+};
+struct LeakyRelu {
+  float negative_slope = 0.01f;
+  KILN_DEV float operator()(float x) const { return x >= 0.0f ? x : x * negative_slope; }
+};
+// clamp(x, lo, hi); an absent bound is -inf / +inf.
+struct Clamp {
+  float lo = -__builtin_huge_valf();
+  float hi = __builtin_huge_valf();
+  KILN_DEV float operator()(float x) const { return fminf(fmaxf(x, lo), hi); }
+};
+
+// ---- Binary ops --------------------------------------------------------------------------------
+
+struct Add {
+  KILN_DEV float operator()(float a, float b) const { return a + b; }
+};
+struct Sub {
+  KILN_DEV float operator()(float a, float b) const { return a - b; }
+};
+struct Mul {
+  KILN_DEV float operator()(float a, float b) const { return a * b; }
+};
+struct Div {
+  KILN_DEV float operator()(float a, float b) const { return a / b; }
+};
+struct Maximum {
+  KILN_DEV float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Minimum {
+  KILN_DEV float operator()(float a, float b) const { return fminf(a, b); }
+};
+
+}  // namespace rt
+}  // namespace kiln
+
+#endif  // KILN_RT_ELEMENTWISE_CUH

@@ -1,0 +1,357 @@
+// Kiln runtime, gemv: the decode-size fast path Y[M, N] = X[M, K] W[K, N] for M <= 32 rows and a
+// large row-major f16/bf16 weight W that is streamed from DRAM exactly once.
+//
+// The kernel is bandwidth-bound: per 16 bytes of W it must do almost nothing but keep the load
+// in flight. Scalar f32 FMAs would cost M FMAs per weight (at M = 16 that is ~70% of H100's
+// FP32 peak at 3 TB/s), so the arithmetic runs on the tensor cores instead, computing
+// Y^T = W^T X^T with mma.m16n8k16: W^T is the A operand (16 weight columns x 16 k), X^T the B
+// operand (16 k x 8 batch rows), and M pads to 8 * MT rows, which the tensor cores do for free.
+//
+// No shared memory is involved in the stream. mma wants pairs of consecutive k in each 32-bit
+// register, W row-major gives pairs of consecutive n, so each lane loads 4 consecutive rows
+// (k..k+3) of the same 8 columns (four LDG.E.128) and transposes 2 x 2 blocks of 16-bit values
+// with byte permutes (PRMT). The quad of lanes t = 0..3 covers k + 4t, i.e. 16 k per step, and
+// the 8 quads of a warp cover 64 consecutive columns: one warp load instruction reads 4 rows x
+// 128 contiguous bytes. The k order inside a step is permuted consistently for W and X (logical
+// mma k 2t+e <-> k + 4t + e, 2t+8+e <-> k + 4t + 2 + e), which a sum does not notice.
+//
+// Work split: a block of WARPS_N x WARPS_K warps covers 64 * WARPS_N columns; warps with the same
+// wn interleave the 16-row k-steps of the block's k-range (adjacent warps read adjacent column
+// slabs of the same rows), and their partials are summed through shared memory. gridDim.y splits
+// K across blocks (split-K); the last block of a column block to finish sums all splits from a
+// float32 workspace in split order (deterministic) and runs the epilogue, so one launch does
+// everything. Its counter is reset by that block, ready for the next launch.
+//
+// Accumulator layout (GemvAcc, per lane; g = lane / 4, t = lane % 4): c[j][mt].x[2 h + e] is the
+// sum for batch row m = 8 mt + 2t + e and column n = n_warp + 8g + 2j + h. So each lane ends
+// with 8 consecutive columns of two rows per mt, stored as single 16-byte vectors.
+//
+// Preconditions (check with gemv_supported on the host):
+//   M <= 8 * MT;  N % 8 == 0;  K % 4 == 0;  k_chunk % 16 == 0
+//   W0, W1 16-byte aligned, ldw % 8 == 0;  X 8-byte aligned, ldx % 4 == 0
+//   out 16-byte aligned, ldo * sizeof(TO) % 16 == 0
+//   split-K (gridDim.y > 1): workspace of gemv_workspace_floats floats; counters: one int per
+//   column block, zeroed once before the first launch; one launch at a time per workspace.
+// X and W are read through the non-coherent path: they must not be written by the same launch.
+#ifndef KILN_RT_GEMV_CUH
+#define KILN_RT_GEMV_CUH
+
+#ifndef KILN_RT_BASE_CUH
+#include "base.cuh"
+#endif
+#ifndef KILN_RT_ELEMENTWISE_CUH
+#include "elementwise.cuh"
+#endif
+#ifndef KILN_RT_MMA_CUH
+#include "mma.cuh"
+#endif
+
+namespace kiln {
+namespace rt {
+
+template <int MT>
+struct GemvAcc {
+  FragC c[4][MT];
+  KILN_DEV void zero() {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c[j][mt].zero();
+  }
+};
+
+// Streaming 16-byte load: read-only path, no L1 allocation (W is used once).
+KILN_DEV uint4 ld_stream_128(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+// 8-byte read-only load that may stay in L1 (X is reused by every warp of the column block).
+KILN_DEV uint2 ld_ro_64(const void* p) {
+  uint2 r;
+  asm("ld.global.nc.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+  return r;
+}
+
+// acc[w] += X[0 .. M, k-range] * Wn[k-range, n_warp .. n_warp + 64] for w < NW (NW = 1 or 2
+// weights sharing X, e.g. gate and up projections). The warp walks k-steps of 16 rows starting
+// at k_begin + 16 * phase, every 16 * stride rows, while below k_end, UNROLL steps per batch of
+// loads. Columns >= N and rows >= M are zero. All 32 lanes call it with warp-uniform arguments.
+template <typename T, int MT, int NW, int UNROLL>
+KILN_DEV void gemv_mainloop(GemvAcc<MT> (&acc)[NW], const T* __restrict__ X, int64_t ldx, int M,
+                            const T* __restrict__ W0, const T* __restrict__ W1, int64_t ldw, int N,
+                            int n_warp, int k_begin, int k_end, int phase, int stride) {
+  static_assert(NW == 1 || NW == 2, "one or two weights");
+  const int lane = lane_id(), g = lane >> 2, t = lane & 3;
+  const int n = n_warp + 8 * g;
+  const bool col_ok = n < N;
+  const int step = 16 * stride;
+  // Pointers advance by whole batches; offsets inside a batch are loop-invariant.
+  const int k0 = k_begin + 16 * phase + 4 * t;
+  const T* wp0 = W0 + static_cast<int64_t>(k0) * ldw + n;
+  const T* wp1 = (NW > 1 ? W1 : W0) + static_cast<int64_t>(k0) * ldw + n;
+  const T* xp = X + k0;
+  const int64_t w_batch = static_cast<int64_t>(step) * UNROLL * ldw;
+  for (int kb = k_begin + 16 * phase; kb < k_end; kb += step * UNROLL) {
+    uint4 w[UNROLL][NW][4];
+    uint2 x[UNROLL][MT];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      // k_end % 4 == 0, so rows k .. k+3 are all in range or all out.
+      const bool k_ok = kb + u * step + 4 * t < k_end;
+#pragma unroll
+      for (int v = 0; v < NW; ++v) {
+        const T* p = (v == 0 ? wp0 : wp1) + static_cast<int64_t>(u * step) * ldw;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          w[u][v][i] = (k_ok && col_ok) ? ld_stream_128(p + i * ldw) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m = 8 * mt + g;
+        x[u][mt] = (k_ok && m < M) ? ld_ro_64(xp + m * ldx + u * step) : make_uint2(0u, 0u);
+      }
+    }
+    wp0 += w_batch;
+    wp1 += w_batch;
+    xp += step * UNROLL;
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int v = 0; v < NW; ++v) {
+        const uint32_t r[4][4] = {{w[u][v][0].x, w[u][v][0].y, w[u][v][0].z, w[u][v][0].w},
+                                  {w[u][v][1].x, w[u][v][1].y, w[u][v][1].z, w[u][v][1].w},
+                                  {w[u][v][2].x, w[u][v][2].y, w[u][v][2].z, w[u][v][2].w},
+                                  {w[u][v][3].x, w[u][v][3].y, w[u][v][3].z, w[u][v][3].w}};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // Word j of row i holds columns n + 2j (low half) and n + 2j + 1 (high half).
+          FragA a;
+          a.x[0] = __byte_perm(r[0][j], r[1][j], 0x5410);  // col n+2j,   k+0, k+1
+          a.x[1] = __byte_perm(r[0][j], r[1][j], 0x7632);  // col n+2j+1, k+0, k+1
+          a.x[2] = __byte_perm(r[2][j], r[3][j], 0x5410);  // col n+2j,   k+2, k+3
+          a.x[3] = __byte_perm(r[2][j], r[3][j], 0x7632);  // col n+2j+1, k+2, k+3
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            FragB b;
+            b.x[0] = x[u][mt].x;  // X[m][k], X[m][k+1]
+            b.x[1] = x[u][mt].y;  // X[m][k+2], X[m][k+3]
+            mma_16816<T>(acc[v].c[j][mt], a, b);
+          }
+        }
+      }
+  }
+}
+
+// Sums the partials of the WARPS_K warps that share a column slab into the warp with wk = 0
+// (warp = wk * WARPS_N + wn). smem: max(1, (WARPS_K - 1) * WARPS_N * 512) floats. Every thread of
+// the block calls it.
+template <int MT, int NW, int WARPS_N, int WARPS_K>
+KILN_DEV void gemv_block_reduce(GemvAcc<MT> (&acc)[NW], float* smem) {
+  if constexpr (WARPS_K > 1) {
+    const int lane = lane_id(), warp = warp_id();
+    const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+#pragma unroll
+    for (int v = 0; v < NW; ++v)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (wk > 0) {
+          float* s = smem + ((wk - 1) * WARPS_N + wn) * 512 + lane;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[(j * 4 + i) * 32] = acc[v].c[j][mt].x[i];
+        }
+        __syncthreads();
+        if (wk == 0) {
+          for (int q = 0; q < WARPS_K - 1; ++q) {
+            const float* s = smem + (q * WARPS_N + wn) * 512 + lane;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) acc[v].c[j][mt].x[i] += s[(j * 4 + i) * 32];
+          }
+        }
+        __syncthreads();
+      }
+  }
+}
+
+// Split-K across the gridDim.y blocks of one column block. ws: this column block's workspace,
+// splits * WARPS_N * NW * MT * 512 floats; counter: its arrival counter (0 between launches).
+// Returns true (block-uniform) in the last block to arrive, whose warps with wk = 0 then hold
+// the sum over all splits in split order. Every thread of the block calls it.
+template <int MT, int NW, int WARPS_N, int WARPS_K>
+KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter, int split,
+                                 int splits) {
+  __shared__ int s_last;
+  constexpr int kPerWarp = NW * MT * 512;
+  const int lane = lane_id(), warp = warp_id();
+  const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+  if (wk == 0) {
+    float* p = ws + (split * WARPS_N + wn) * kPerWarp + lane;
+#pragma unroll
+    for (int v = 0; v < NW; ++v)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            __stcg(p + (((v * MT + mt) * 4 + j) * 4 + i) * 32, acc[v].c[j][mt].x[i]);
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+  if (wk == 0) {
+#pragma unroll
+    for (int v = 0; v < NW; ++v) acc[v].zero();
+    for (int s = 0; s < splits; ++s) {
+      const float* p = ws + (s * WARPS_N + wn) * kPerWarp + lane;
+#pragma unroll
+      for (int v = 0; v < NW; ++v)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              acc[v].c[j][mt].x[i] += __ldcg(p + (((v * MT + mt) * 4 + j) * 4 + i) * 32);
+    }
+  }
+  if (threadIdx.x == 0) *counter = 0;
+  return true;
+}
+
+// Epilogue functors: float(float v0, float v1, int m, int n) const, where v0 (and v1 for NW = 2)
+// are the f32 sums for batch row m, column n.
+struct GemvIdentity {
+  KILN_DEV float operator()(float v0, float, int, int) const { return v0; }
+};
+// silu(X W0) * (X W1): the gated MLP.
+struct GemvSiluMul {
+  KILN_DEV float operator()(float v0, float v1, int, int) const {
+    return v0 / (1.0f + expf(-v0)) * v1;
+  }
+};
+
+// out[m, n .. n+8) <- epi(...) for the lane's rows m < M; one 16-byte store per row (two for
+// f32). Called by the warp that holds the final sums.
+template <typename TO, int MT, int NW, class Epi>
+KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int M, int N,
+                         int n_warp, const Epi& epi) {
+  const int lane = lane_id(), g = lane >> 2, t = lane & 3;
+  const int n = n_warp + 8 * g;
+  if (n >= N) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int m = 8 * mt + 2 * t + e;
+      if (m >= M) continue;
+      float y[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float v1 = NW > 1 ? acc[NW - 1].c[j][mt].x[2 * h + e] : 0.0f;
+          y[2 * j + h] = epi(acc[0].c[j][mt].x[2 * h + e], v1, m, n + 2 * j + h);
+        }
+      TO* p = out + m * ldo + n;
+#pragma unroll
+      for (int q = 0; q < 8; q += Vec16<TO>::kElems) store16_f32(p + q, y + q);
+    }
+}
+
+// The whole GEMV as one kernel. grid = (gemv_col_blocks(N, WARPS_N), splits), block =
+// 32 * WARPS_N * WARPS_K threads; k_chunk = rows of K per split (a multiple of 16, k_chunk *
+// splits >= K). W1 is read only when NW == 2.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS, class Epi>
+__global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
+    gemv_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W0,
+                const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo, int M,
+                int N, int K, int k_chunk, float* __restrict__ ws, int* __restrict__ counters,
+                Epi epi) {
+  __shared__ float red[WARPS_K > 1 ? (WARPS_K - 1) * WARPS_N * 512 : 1];
+  const int warp = warp_id();
+  const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+  const int n_warp = (blockIdx.x * WARPS_N + wn) * 64;
+  const int split = blockIdx.y, splits = gridDim.y;
+  const int k_begin = split * k_chunk, k_end = min_i(K, k_begin + k_chunk);
+
+  GemvAcc<MT> acc[NW];
+#pragma unroll
+  for (int v = 0; v < NW; ++v) acc[v].zero();
+  gemv_mainloop<T, MT, NW, UNROLL>(acc, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin, k_end, wk,
+                                   WARPS_K);
+  gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
+  if (splits > 1) {
+    float* wsb = ws + static_cast<int64_t>(blockIdx.x) * splits * WARPS_N * NW * MT * 512;
+    if (!gemv_splitk_reduce<MT, NW, WARPS_N, WARPS_K>(acc, wsb, counters + blockIdx.x, split,
+                                                      splits))
+      return;
+  }
+  if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, epi);
+}
+
+// ---- Host-side planning ------------------------------------------------------------------------
+
+inline int gemv_col_blocks(int N, int warps_n) {
+  return ceil_div(N, 64 * warps_n);
+}
+
+// Float32 workspace for split-K (0 when splits == 1).
+inline int64_t gemv_workspace_floats(int N, int warps_n, int splits, int mt, int nw) {
+  return splits > 1 ? int64_t(gemv_col_blocks(N, warps_n)) * splits * warps_n * nw * mt * 512 : 0;
+}
+
+// Rows of K per split for a given split count: a multiple of 16 covering K.
+inline int gemv_k_chunk(int K, int splits) {
+  return round_up(ceil_div(K, splits), 16);
+}
+
+// A split count that gives about target_blocks blocks in all (e.g. SM count x resident blocks per
+// SM, one full wave), keeping at least min_k_per_warp rows of K per warp so that each warp
+// streams enough to amortize the reductions. Returns the count after rounding, so that no split
+// is empty.
+inline int gemv_pick_splits(int N, int K, int warps_n, int warps_k, int target_blocks,
+                            int min_k_per_warp = 256) {
+  const int cb = gemv_col_blocks(N, warps_n);
+  int splits = max_i(1, (target_blocks + cb / 2) / cb);
+  const int max_splits = max_i(1, K / (min_k_per_warp * warps_k));
+  splits = min_i(splits, max_splits);
+  const int chunk = gemv_k_chunk(K, splits);
+  return ceil_div(K, chunk);
+}
+
+// The divisibility and size preconditions of gemv_kernel (pointer alignment aside).
+inline bool gemv_supported(int M, int N, int K, int mt, int64_t ldx, int64_t ldw, int64_t ldo,
+                           int out_elem_bytes) {
+  return M >= 1 && M <= 8 * mt && N % 8 == 0 && K % 4 == 0 && ldx % 4 == 0 && ldw % 8 == 0 &&
+         (ldo * out_elem_bytes) % 16 == 0;
+}
+
+// Launches gemv_kernel with `splits` k-splits. ws / counters may be null when splits == 1.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
+inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1, int64_t ldw,
+                               TO* out, int64_t ldo, int M, int N, int K, int splits, float* ws,
+                               int* counters, cudaStream_t stream, Epi epi = Epi()) {
+  const int k_chunk = gemv_k_chunk(K, splits);
+  dim3 grid(gemv_col_blocks(N, WARPS_N), splits);
+  gemv_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>
+      <<<grid, 32 * WARPS_N * WARPS_K, 0, stream>>>(X, ldx, W0, W1, ldw, out, ldo, M, N, K, k_chunk,
+                                                    ws, counters, epi);
+  return cudaGetLastError();
+}
+
+}  // namespace rt
+}  // namespace kiln
+
+#endif  // KILN_RT_GEMV_CUH
