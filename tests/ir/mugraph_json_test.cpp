@@ -472,8 +472,8 @@ TEST(MugraphJsonErrors, RandomEditsOnlyEverGiveUserErrors) {
           case 2:
             if (node->is_array())
               node->push_back(replacements[rng() % std::size(replacements)]);
-            else if (node->is_number_integer())
-              *node = node->get<int64_t>() + 1;
+            else if (node->is_number_integer() && !node->is_number_unsigned())
+              *node = node->get<int64_t>() / 2 + 1;  // no overflow at the int64 limit
             break;
         }
       }
