@@ -1,0 +1,443 @@
+// Symbolic dims by unification, unit scaling, extent constants, and graph rebuilding.
+#include "kiln/verifier/scale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "kiln/interp/tensor_ops.h"
+#include "kiln/ir/diag.h"
+
+namespace kiln::verifier {
+
+KernelGraph rebuild_graph(const KernelGraph& g) {
+  KernelGraphBuilder kb(g.name, g.doc, g.arch);
+  std::vector<int> id(g.tensors.size(), -1);
+  for (int t : g.inputs) {
+    const TensorDesc& d = g.tensor(t);
+    id[t] = kb.input(d.name, d.shape, d.dtype);
+  }
+  for (const KernelOp& op : g.ops) {
+    std::vector<int> in;
+    for (int t : op.inputs) {
+      KILN_ASSERT(id[t] >= 0, "rebuild: tensor {} used before it is defined", t);
+      in.push_back(id[t]);
+    }
+    if (op.kind != OpKind::GraphDefined) {
+      id[op.outputs.at(0)] = kb.op(op.kind, in, op.attrs, op.name);
+      continue;
+    }
+    const BlockGraph& bg = *op.block;
+    std::vector<TensorDesc> ins;
+    for (int t : in) ins.push_back(kb.peek().tensor(t));
+    BlockGraphBuilder bb(bg.grid, bg.block_threads, bg.loop, ins);
+    for (const BlockOp& bo : bg.ops) {
+      switch (op_info(bo.kind).cls) {
+        case OpClass::Input:
+          bb.input(bo.io, bo.imap, bo.fmap, bo.name);
+          break;
+        case OpClass::Output: {
+          const TensorDesc& o = bg.outputs.at(bo.io);
+          bb.output(bo.inputs.at(0), bo.imap, bo.fmap, o.dtype, o.name,
+                    static_cast<int>(o.shape.size()), bo.name);
+          break;
+        }
+        case OpClass::Fused:
+          bb.fused(*bo.thread, bo.inputs, bo.name);
+          break;
+        default:
+          bb.op(bo.kind, bo.inputs, bo.attrs, bo.name);
+          break;
+      }
+    }
+    auto block = std::make_shared<const BlockGraph>(std::move(bb).finish(target_for(g.arch)));
+    std::vector<int> outs = kb.graph_defined(block, in, op.name);
+    for (size_t i = 0; i < outs.size(); ++i) id[op.outputs.at(i)] = outs[i];
+  }
+  for (int t : g.outputs) kb.output(id[t]);
+  return std::move(kb).finish();
+}
+
+namespace {
+
+double op_work(OpKind kind, const std::vector<Shape>& in, const Shape& out) {
+  const double n_out = static_cast<double>(numel(out));
+  switch (op_info(kind).cls) {
+    case OpClass::Matmul:
+      return n_out * static_cast<double>(in.at(0).back());
+    case OpClass::Reduce:
+    case OpClass::Softmax:
+    case OpClass::RmsNorm:
+      return 3.0 * static_cast<double>(numel(in.at(0)));
+    default:
+      return n_out;
+  }
+}
+
+}  // namespace
+
+double estimate_work(const KernelGraph& g) {
+  double total = 0;
+  for (const KernelOp& op : g.ops) {
+    if (op.kind != OpKind::GraphDefined) {
+      std::vector<Shape> in;
+      for (int t : op.inputs) in.push_back(g.tensor(t).shape);
+      total += op_work(op.kind, in, g.tensor(op.outputs.at(0)).shape);
+      continue;
+    }
+    const BlockGraph& bg = *op.block;
+    double once = 0, per_iter = 0;
+    for (const BlockOp& bo : bg.ops) {
+      std::vector<Shape> in;
+      for (int i : bo.inputs) in.push_back(bg.ops[i].shape);
+      double w = bo.kind == OpKind::Input || bo.kind == OpKind::Output
+                     ? static_cast<double>(numel(bo.shape))
+                 : bo.kind == OpKind::Fused
+                     ? static_cast<double>(numel(bo.shape) * bo.thread->ops.size())
+                     : op_work(bo.kind, in, bo.shape);
+      bool loop = bo.stage == Stage::Loop || op_info(bo.kind).cls == OpClass::Accum;
+      (loop ? per_iter : once) += w;
+    }
+    total += static_cast<double>(bg.num_blocks()) *
+             (once + static_cast<double>(bg.num_iterations()) * per_iter);
+  }
+  return std::min(total, 4.6e18);
+}
+
+namespace {
+
+// Union-find over slots, each class carrying the gcd of its slots' extents.
+class Classes {
+ public:
+  int add(int64_t extent) {
+    parent_.push_back(static_cast<int>(parent_.size()));
+    gcd_.push_back(extent);
+    extent_.push_back(extent);
+    return static_cast<int>(parent_.size()) - 1;
+  }
+  int find(int s) {
+    while (parent_[s] != s) s = parent_[s] = parent_[parent_[s]];
+    return s;
+  }
+  void unify(int x, int y) {
+    x = find(x), y = find(y);
+    if (x == y) return;
+    parent_[y] = x;
+    gcd_[x] = std::gcd(gcd_[x], gcd_[y]);
+  }
+  // Forces the unit of s's class to divide v (1: never scaled).
+  void constrain(int s, int64_t v) {
+    s = find(s);
+    gcd_[s] = std::gcd(gcd_[s], v);
+  }
+  int64_t unit(int s) { return gcd_[find(s)]; }
+  int64_t extent(int s) const { return extent_[s]; }
+  int size() const { return static_cast<int>(parent_.size()); }
+
+ private:
+  std::vector<int> parent_;
+  std::vector<int64_t> gcd_, extent_;
+};
+
+using Slots = std::vector<int>;  // one slot per dim
+
+struct GraphSlots {
+  std::vector<Slots> tensor;             // per kernel tensor
+  std::vector<std::vector<Slots>> tile;  // per kernel op, per block op
+};
+
+class Unifier {
+ public:
+  Classes cls;
+
+  GraphSlots add_graph(const KernelGraph& g) {
+    GraphSlots gs;
+    for (const TensorDesc& t : g.tensors) gs.tensor.push_back(new_slots(t.shape));
+    gs.tile.resize(g.ops.size());
+    for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+      const KernelOp& op = g.ops[oi];
+      std::vector<const Slots*> in;
+      std::vector<const Shape*> in_shapes;
+      for (int t : op.inputs) in.push_back(&gs.tensor[t]), in_shapes.push_back(&g.tensor(t).shape);
+      if (op.kind != OpKind::GraphDefined) {
+        int t = op.outputs.at(0);
+        unify_op(op.kind, op.attrs, in, in_shapes, gs.tensor[t], g.tensor(t).shape);
+        continue;
+      }
+      const BlockGraph& bg = *op.block;
+      auto& tiles = gs.tile[oi];
+      for (const BlockOp& bo : bg.ops) {
+        tiles.push_back(new_slots(bo.shape));
+        Slots& mine = tiles.back();
+        const OpClass c = op_info(bo.kind).cls;
+        if (c == OpClass::Input) {
+          const Slots& dev = gs.tensor[op.inputs.at(bo.io)];
+          for (size_t d = 0; d < mine.size(); ++d) cls.unify(mine[d], dev[d]);
+          continue;
+        }
+        if (c == OpClass::Output) {
+          const Slots& dev = gs.tensor[op.outputs.at(bo.io)];
+          const Slots& val = tiles[bo.inputs.at(0)];
+          size_t lead = dev.size() - val.size();
+          for (size_t d = 0; d < lead; ++d) cls.constrain(dev[d], 1);
+          for (size_t d = 0; d < val.size(); ++d) {
+            cls.unify(mine[d], val[d]);
+            cls.unify(val[d], dev[lead + d]);
+          }
+          continue;
+        }
+        std::vector<const Slots*> bin;
+        std::vector<const Shape*> bshapes;
+        for (int i : bo.inputs) bin.push_back(&tiles[i]), bshapes.push_back(&bg.ops[i].shape);
+        if (c == OpClass::Fused) {
+          for (size_t i = 0; i < bin.size(); ++i) align(*bin[i], *bshapes[i], mine, bo.shape);
+        } else if (c == OpClass::Accum) {
+          for (size_t i = 0; i < bin.size(); ++i) align(*bin[i], *bshapes[i], mine, bo.shape);
+        } else {
+          unify_op(bo.kind, bo.attrs, bin, bshapes, mine, bo.shape);
+        }
+      }
+    }
+    return gs;
+  }
+
+  // NumPy alignment from the right: dims of equal extent are one symbolic dim.
+  void align(const Slots& in, const Shape& in_shape, const Slots& out, const Shape& out_shape) {
+    KILN_ASSERT(in.size() <= out.size(), "align {} to {}", shape_str(in_shape),
+                shape_str(out_shape));
+    size_t pad = out.size() - in.size();
+    for (size_t i = 0; i < in.size(); ++i)
+      if (in_shape[i] == out_shape[pad + i]) cls.unify(in[i], out[pad + i]);
+  }
+
+ private:
+  Slots new_slots(const Shape& s) {
+    Slots r;
+    for (int64_t e : s) r.push_back(cls.add(e));
+    return r;
+  }
+
+  void unify_op(OpKind kind, const Attrs& attrs, const std::vector<const Slots*>& in,
+                const std::vector<const Shape*>& in_shapes, const Slots& out,
+                const Shape& out_shape) {
+    switch (op_info(kind).cls) {
+      case OpClass::Matmul: {
+        const Slots &a = *in[0], &b = *in[1];
+        const size_t ra = a.size(), rb = b.size(), ro = out.size();
+        cls.unify(a[ra - 1], b[rb - 2]);
+        cls.unify(out[ro - 2], a[ra - 2]);
+        cls.unify(out[ro - 1], b[rb - 1]);
+        Slots ob(out.begin(), out.end() - 2);
+        Shape obs(out_shape.begin(), out_shape.end() - 2);
+        for (size_t k = 0; k < 2; ++k) {
+          const Slots& x = *in[k];
+          const Shape& xs = *in_shapes[k];
+          align(Slots(x.begin(), x.end() - 2), Shape(xs.begin(), xs.end() - 2), ob, obs);
+        }
+        return;
+      }
+      case OpClass::Transpose: {
+        std::vector<int> perm = interp::transpose_perm(attrs, out.size());
+        for (size_t i = 0; i < out.size(); ++i) cls.unify(out[i], (*in[0])[perm[i]]);
+        return;
+      }
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Softmax:
+        for (size_t i = 0; i < in.size(); ++i) align(*in[i], *in_shapes[i], out, out_shape);
+        return;
+      case OpClass::Reduce: {
+        const Slots& x = *in[0];
+        for (size_t i = 0, o = 0; i < x.size(); ++i) {
+          if (static_cast<int64_t>(i) == attrs.dim) {
+            if (attrs.keepdim) ++o;
+            continue;
+          }
+          cls.unify(x[i], out[o++]);
+        }
+        return;
+      }
+      case OpClass::RmsNorm:
+        align(*in[0], *in_shapes[0], out, out_shape);
+        if (in.size() > 1) cls.unify((*in[1])[0], in[0]->back());
+        return;
+      default:
+        return;  // Constant
+    }
+  }
+};
+
+// A reduction that divides by n implicitly (mean, rms_norm), over a slot of class `slot`.
+struct ImplicitCount {
+  int slot;
+  int64_t n;
+};
+
+void collect_counts(const KernelGraph& g, const GraphSlots& gs, std::vector<ImplicitCount>& out) {
+  for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+    const KernelOp& op = g.ops[oi];
+    if (op.kind == OpKind::Mean) {
+      int t = op.inputs.at(0);
+      out.push_back({gs.tensor[t][op.attrs.dim], g.tensor(t).shape[op.attrs.dim]});
+    } else if (op.kind == OpKind::RmsNorm) {
+      int t = op.inputs.at(0);
+      out.push_back({gs.tensor[t].back(), g.tensor(t).shape.back()});
+    } else if (op.kind == OpKind::GraphDefined) {
+      const BlockGraph& bg = *op.block;
+      for (const BlockOp& bo : bg.ops)
+        if (bo.kind == OpKind::Mean) {
+          int i = bo.inputs.at(0);
+          out.push_back({gs.tile[oi][i][bo.attrs.dim], bg.ops[i].shape[bo.attrs.dim]});
+        }
+    }
+  }
+}
+
+// Calls f(double&) on every constant of g (kernel, block and thread level), copying block
+// and thread graphs on write.
+template <class F>
+void for_constants(KernelGraph& g, F&& f) {
+  for (KernelOp& op : g.ops) {
+    if (op.kind == OpKind::Constant) f(op.attrs.value);
+    if (op.kind != OpKind::GraphDefined) continue;
+    auto bg = std::make_shared<BlockGraph>(*op.block);
+    for (BlockOp& bo : bg->ops) {
+      if (bo.kind == OpKind::Constant) f(bo.attrs.value);
+      if (bo.kind == OpKind::Fused) {
+        auto tg = std::make_shared<ThreadGraph>(*bo.thread);
+        for (ThreadOp& to : tg->ops)
+          if (to.kind == OpKind::Constant) f(to.attrs.value);
+        bo.thread = tg;
+      }
+    }
+    op.block = bg;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> ScaledPair::full_index(int output, const std::vector<int64_t>& scaled) const {
+  std::vector<int64_t> r = scaled;
+  const auto& dims = out_dims.at(output);
+  for (size_t d = 0; d < r.size() && d < dims.size(); ++d) {
+    const DimScale& s = dims[d];
+    r[d] = (scaled[d] / s.scaled_unit) * s.unit + scaled[d] % s.scaled_unit;
+  }
+  return r;
+}
+
+ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOptions& opt) {
+  Unifier u;
+  GraphSlots sa = u.add_graph(a), sb = u.add_graph(b);
+  for (int ta : a.inputs) {
+    int tb = b.find_tensor(a.tensor(ta).name);
+    KILN_ASSERT(tb >= 0 && b.tensor(tb).shape == a.tensor(ta).shape, "scale_pair: input {}",
+                a.tensor(ta).name);
+    for (size_t d = 0; d < sa.tensor[ta].size(); ++d)
+      u.cls.unify(sa.tensor[ta][d], sb.tensor[tb][d]);
+  }
+  KILN_ASSERT(a.outputs.size() == b.outputs.size(), "scale_pair: outputs");
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    const Slots &x = sa.tensor[a.outputs[i]], &y = sb.tensor[b.outputs[i]];
+    KILN_ASSERT(x.size() == y.size(), "scale_pair: output {} rank", i);
+    for (size_t d = 0; d < x.size(); ++d) u.cls.unify(x[d], y[d]);
+  }
+
+  std::vector<ImplicitCount> counts;
+  collect_counts(a, sa, counts);
+  collect_counts(b, sb, counts);
+  std::vector<double> constants;
+  {
+    KernelGraph ca = a, cb = b;
+    auto grab = [&](double& v) { constants.push_back(v); };
+    for_constants(ca, grab);
+    for_constants(cb, grab);
+  }
+
+  Classes& cls = u.cls;
+  auto scaled_unit = [&](int slot) {
+    int64_t unit = cls.unit(slot);
+    return unit > opt.unit ? opt.unit : unit;
+  };
+  auto scaled_extent = [&](int slot) {
+    return cls.extent(slot) / cls.unit(slot) * scaled_unit(slot);
+  };
+  // Constants standing for a count n (as 1/n or n) of a class that shrinks: each must map to
+  // one new value, else the classes involved keep their size.
+  std::map<double, double> rewrite;
+  for (bool changed = true; changed;) {
+    changed = false;
+    rewrite.clear();
+    std::map<double, std::set<int>> owners;
+    std::set<double> ambiguous;
+    for (const ImplicitCount& c : counts) {
+      if (c.n < 3 || cls.unit(c.slot) == scaled_unit(c.slot)) continue;
+      int64_t n2 = c.n / cls.unit(c.slot) * scaled_unit(c.slot);
+      for (auto [from, to] :
+           {std::pair{1.0 / double(c.n), 1.0 / double(n2)}, std::pair{double(c.n), double(n2)}}) {
+        if (std::find(constants.begin(), constants.end(), from) == constants.end()) continue;
+        owners[from].insert(cls.find(c.slot));
+        auto [it, fresh] = rewrite.emplace(from, to);
+        if (!fresh && it->second != to) ambiguous.insert(from);
+      }
+    }
+    for (double v : ambiguous)
+      for (int root : owners[v]) {
+        cls.constrain(root, 1);
+        changed = true;
+      }
+  }
+
+  ScaledPair r;
+  std::set<int> shrunk;
+  auto rescale = [&](const KernelGraph& g, const GraphSlots& gs) {
+    KernelGraph c = g;
+    for (int t : c.inputs) {
+      Shape& s = c.tensors[t].shape;
+      for (size_t d = 0; d < s.size(); ++d) {
+        int slot = gs.tensor[t][d];
+        if (cls.unit(slot) != scaled_unit(slot)) shrunk.insert(cls.find(slot));
+        s[d] = scaled_extent(slot);
+      }
+    }
+    for_constants(c, [&](double& v) {
+      auto it = rewrite.find(v);
+      if (it != rewrite.end()) v = it->second, ++r.constants_rewritten;
+    });
+    return c;
+  };
+  KernelGraph a2 = rescale(a, sa), b2 = rescale(b, sb);
+  r.scaled = !shrunk.empty();
+  if (!r.scaled) {
+    r.a = a;
+    r.b = b;
+    r.constants_rewritten = 0;
+  } else {
+    r.a = rebuild_graph(a2);
+    r.b = rebuild_graph(b2);
+  }
+  for (int t : a.outputs) {
+    std::vector<DimScale> dims;
+    for (int slot : sa.tensor[t])
+      dims.push_back(r.scaled ? DimScale{cls.unit(slot), scaled_unit(slot)} : DimScale{1, 1});
+    r.out_dims.push_back(dims);
+  }
+  // Describe each shrunk class by its largest slot.
+  std::map<int, int> largest;
+  for (int s = 0; s < cls.size(); ++s) {
+    int root = cls.find(s);
+    if (!shrunk.count(root)) continue;
+    auto it = largest.find(root);
+    if (it == largest.end() || cls.extent(s) > cls.extent(it->second)) largest[root] = s;
+  }
+  for (auto [root, s] : largest) {
+    if (!r.description.empty()) r.description += ", ";
+    r.description += fmt::format("{} -> {} (unit {} -> {})", cls.extent(s), scaled_extent(s),
+                                 cls.unit(s), scaled_unit(s));
+  }
+  return r;
+}
+
+}  // namespace kiln::verifier
