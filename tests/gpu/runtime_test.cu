@@ -1,0 +1,1028 @@
+// GPU test of the Kiln runtime (runtime/*.cuh): every device piece against a CPU reference
+// computed here, then timings of the decode GEMV on benchmark-suite shapes.
+//
+// One standalone CUDA program (only the CUDA toolkit): fresh random inputs each run (the seed is
+// printed; KILN_SEED=<n> replays one), outputs poisoned with NaN before each launch, every CUDA
+// call checked, results judged by relative L2 error in float64. Prints one PASS/FAIL line per
+// check, then the timing table, then "N passed, M failed"; exits nonzero on any failure.
+// Build and run: scripts/gpu_runtime_test.sh. KILN_SKIP_TIMING=1 skips the timing section.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+// Guarded so that scripts/runtime_compile_check.sh can compile this file after the inlined
+// (amalgamated) runtime text, as emitted kernels see it.
+#ifndef KILN_RT_KILN_RUNTIME_CUH
+#include "../../runtime/kiln_runtime.cuh"
+#endif
+
+using namespace kiln::rt;
+
+// ---- Harness -----------------------------------------------------------------------------------
+
+static int g_passed = 0, g_failed = 0;
+
+static void finish_and_exit(int code) {
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  fflush(stdout);
+  exit(code);
+}
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      printf("FAIL cuda: %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      ++g_failed;                                                                             \
+      finish_and_exit(2);                                                                     \
+    }                                                                                         \
+  } while (0)
+#define CK_LAUNCH()              \
+  do {                           \
+    CK(cudaGetLastError());      \
+    CK(cudaDeviceSynchronize()); \
+  } while (0)
+
+static void report(const std::string& name, bool ok, const char* fmt = "", ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  printf("%s %s %s\n", ok ? "PASS" : "FAIL", name.c_str(), buf);
+  fflush(stdout);
+  (ok ? g_passed : g_failed)++;
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+  float range(float lo, float hi) { return float(lo + (hi - lo) * uni()); }
+};
+static Rng g_rng;
+
+template <typename T>
+float h2f(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(x);
+  } else {
+    return __bfloat162float(x);
+  }
+}
+template <typename T>
+T f2h(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else {
+    return __float2bfloat16_rn(x);
+  }
+}
+template <typename T>
+const char* tname() {
+  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, __half> ? "f16" : "bf16";
+}
+
+// Device buffer that poisons itself (all bits set: NaN for f16, bf16 and f32).
+template <typename T>
+struct DBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DBuf(size_t count) : n(count) {
+    CK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)));
+    poison();
+  }
+  ~DBuf() { cudaFree(p); }
+  DBuf(const DBuf&) = delete;
+  void poison() { CK(cudaMemset(p, 0xff, n * sizeof(T))); }
+  void upload(const std::vector<T>& h) {
+    CK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+template <typename T>
+std::vector<T> random_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<T> v(n);
+  for (auto& x : v) x = f2h<T>(g_rng.range(lo, hi));
+  return v;
+}
+
+// ||out - ref|| / ||ref||; NaN anywhere in out gives NaN, which no threshold accepts.
+template <typename T>
+double rel_l2(const std::vector<T>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(h2f(out[i])) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+static bool within(double err, double thr) {
+  return err <= thr;
+}  // false for NaN
+
+// ---- elementwise.cuh ---------------------------------------------------------------------------
+
+template <class Op>
+__global__ void k_unary(const float* x, float* y, int n, Op op) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = op(x[i]);
+}
+template <class Op>
+__global__ void k_binary(const float* a, const float* b, float* y, int n, Op op) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = op(a[i], b[i]);
+}
+
+template <class Op, class Ref>
+void test_unary(const char* name, Op op, float lo, float hi, Ref ref) {
+  const int n = 1 << 14;
+  auto x = random_vec<float>(n, lo, hi);
+  DBuf<float> dx(n), dy(n);
+  dx.upload(x);
+  k_unary<<<n / 256, 256>>>(dx.p, dy.p, n, op);
+  CK_LAUNCH();
+  auto y = dy.download();
+  std::vector<double> r(n);
+  for (int i = 0; i < n; ++i) r[i] = ref(double(x[i]));
+  const double err = rel_l2(y, r);
+  report(std::string("elementwise.") + name, within(err, 2e-6), "rel_l2=%.2e", err);
+}
+template <class Op, class Ref>
+void test_binary(const char* name, Op op, Ref ref) {
+  const int n = 1 << 14;
+  auto a = random_vec<float>(n, -4.0f, 4.0f);
+  auto b = random_vec<float>(n, -4.0f, 4.0f);
+  for (auto& v : b)
+    if (std::fabs(v) < 0.25f) v = v < 0 ? v - 0.25f : v + 0.25f;  // keep div well-conditioned
+  DBuf<float> da(n), db(n), dy(n);
+  da.upload(a), db.upload(b);
+  k_binary<<<n / 256, 256>>>(da.p, db.p, dy.p, n, op);
+  CK_LAUNCH();
+  auto y = dy.download();
+  std::vector<double> r(n);
+  for (int i = 0; i < n; ++i) r[i] = ref(double(a[i]), double(b[i]));
+  const double err = rel_l2(y, r);
+  report(std::string("elementwise.") + name, within(err, 1e-7), "rel_l2=%.2e", err);
+}
+
+// 16-byte load -> f32 -> 16-byte store must round-trip bit-exactly; from_f32 must round like
+// the host conversion; pack2/unpack2 must agree with both.
+template <typename T>
+__global__ void k_convert(const T* in, T* out, const float* f, T* fout, T* pout, float* uout,
+                          int nvec) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nvec) return;
+  constexpr int E = Vec16<T>::kElems;
+  float v[E];
+  load16_f32(in + i * E, v);
+  store16_f32(out + i * E, v);
+#pragma unroll
+  for (int e = 0; e < E; ++e) fout[i * E + e] = from_f32<T>(f[i * E + e]);
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int e = 0; e < E; e += 2) {
+      const uint32_t w = pack2<T>(f[i * E + e], f[i * E + e + 1]);
+      reinterpret_cast<uint32_t*>(pout)[(i * E + e) / 2] = w;
+      const float2 u = unpack2<T>(w);
+      uout[i * E + e] = u.x, uout[i * E + e + 1] = u.y;
+    }
+  }
+}
+
+template <typename T>
+void test_convert() {
+  const int nvec = 1024, E = Vec16<T>::kElems, n = nvec * E;
+  auto in = random_vec<T>(n, -100.0f, 100.0f);
+  auto f = random_vec<float>(n, -100.0f, 100.0f);
+  DBuf<T> din(n), dout(n), dfout(n), dpout(n);
+  DBuf<float> df(n), duout(n);
+  din.upload(in), df.upload(f);
+  k_convert<T><<<nvec / 128, 128>>>(din.p, dout.p, df.p, dfout.p, dpout.p, duout.p, nvec);
+  CK_LAUNCH();
+  auto out = dout.download(), fout = dfout.download(), pout = dpout.download();
+  auto uout = duout.download();
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::memcmp(&out[i], &in[i], sizeof(T)) != 0) ++bad;
+    const T hf = f2h<T>(f[i]);
+    if (std::memcmp(&fout[i], &hf, sizeof(T)) != 0) ++bad;
+    if constexpr (sizeof(T) == 2) {
+      if (std::memcmp(&pout[i], &hf, sizeof(T)) != 0) ++bad;
+      if (uout[i] != h2f(hf)) ++bad;
+    }
+  }
+  report(std::string("elementwise.convert_") + tname<T>(), bad == 0, "mismatches=%d of %d", bad, n);
+}
+
+static void test_elementwise() {
+  const double kPi = 3.14159265358979323846;
+  test_unary("neg", Neg(), -8, 8, [](double x) { return -x; });
+  test_unary("exp", Exp(), -10, 10, [](double x) { return std::exp(x); });
+  test_unary("log", Log(), 0.01f, 100, [](double x) { return std::log(x); });
+  test_unary("sqrt", Sqrt(), 0.0f, 100, [](double x) { return std::sqrt(x); });
+  test_unary("rsqrt", Rsqrt(), 0.01f, 100, [](double x) { return 1.0 / std::sqrt(x); });
+  test_unary("reciprocal", Reciprocal(), 0.1f, 10, [](double x) { return 1.0 / x; });
+  test_unary("reciprocal_neg", Reciprocal(), -10, -0.1f, [](double x) { return 1.0 / x; });
+  test_unary("square", Square(), -8, 8, [](double x) { return x * x; });
+  test_unary("tanh", Tanh(), -6, 6, [](double x) { return std::tanh(x); });
+  test_unary("sigmoid", Sigmoid(), -20, 20, [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
+  test_unary("sigmoid_far", Sigmoid(), -200, 200,
+             [](double x) { return 1.0 / (1.0 + std::exp(-x)); });
+  test_unary("silu", Silu(), -20, 20, [](double x) { return x / (1.0 + std::exp(-x)); });
+  test_unary("relu", Relu(), -8, 8, [](double x) { return x > 0 ? x : 0.0; });
+  test_unary("gelu", Gelu(), -6, 6,
+             [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); });
+  test_unary("gelu_tanh", GeluTanh(), -6, 6, [&](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x)));
+  });
+  test_unary("leaky_relu", LeakyRelu{0.2f}, -8, 8,
+             [](double x) { return x >= 0 ? x : x * double(0.2f); });
+  test_unary("clamp", Clamp{-0.5f, 0.75f}, -2, 2,
+             [](double x) { return std::min(std::max(x, -0.5), 0.75); });
+  test_unary("clamp_min_only", Clamp{-0.5f}, -2, 2, [](double x) { return std::max(x, -0.5); });
+  test_unary("identity", Identity(), -8, 8, [](double x) { return x; });
+  test_binary("add", Add(), [](double a, double b) { return double(float(a + b)); });
+  test_binary("sub", Sub(), [](double a, double b) { return double(float(a - b)); });
+  test_binary("mul", Mul(), [](double a, double b) { return double(float(a * b)); });
+  test_binary("div", Div(), [](double a, double b) { return double(float(a / b)); });
+  test_binary("maximum", Maximum(), [](double a, double b) { return std::max(a, b); });
+  test_binary("minimum", Minimum(), [](double a, double b) { return std::min(a, b); });
+  test_convert<__half>();
+  test_convert<__nv_bfloat16>();
+  test_convert<float>();
+}
+
+// ---- reduce.cuh --------------------------------------------------------------------------------
+
+template <int WIDTH>
+__global__ void k_warp_reduce(const float* x, float* s, float* m) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[i] = warp_sum<WIDTH>(x[i]);
+  m[i] = warp_max<WIDTH>(x[i]);
+}
+// Every thread writes the block result it received, so a thread that got a wrong value shows.
+__global__ void k_block_reduce(const float* x, int per_block, float* s, float* m) {
+  __shared__ float scratch[32];
+  float ls = 0.0f, lm = -INFINITY;
+  for (int i = threadIdx.x; i < per_block; i += blockDim.x) {
+    const float v = x[blockIdx.x * per_block + i];
+    ls += v, lm = fmaxf(lm, v);
+  }
+  const float bs = block_sum(ls, scratch);
+  const float bm = block_max(lm, scratch);  // back to back on the same scratch
+  s[blockIdx.x * blockDim.x + threadIdx.x] = bs;
+  m[blockIdx.x * blockDim.x + threadIdx.x] = bm;
+}
+
+template <int WIDTH>
+void test_warp_reduce() {
+  const int n = 4096;
+  auto x = random_vec<float>(n, -10, 10);
+  DBuf<float> dx(n), ds(n), dm(n);
+  dx.upload(x);
+  k_warp_reduce<WIDTH><<<n / 128, 128>>>(dx.p, ds.p, dm.p);
+  CK_LAUNCH();
+  auto s = ds.download(), m = dm.download();
+  std::vector<double> rs(n);
+  int bad_max = 0;
+  for (int g = 0; g < n; g += WIDTH) {
+    double sum = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < WIDTH; ++i) sum += x[g + i], mx = std::max(mx, x[g + i]);
+    for (int i = 0; i < WIDTH; ++i) {
+      rs[g + i] = sum;
+      if (m[g + i] != mx) ++bad_max;
+    }
+  }
+  const double err = rel_l2(s, rs);
+  report("reduce.warp_w" + std::to_string(WIDTH), within(err, 1e-6) && bad_max == 0,
+         "sum rel_l2=%.2e, max mismatches=%d", err, bad_max);
+}
+
+void test_block_reduce(int threads) {
+  const int blocks = 37, per_block = 3001;
+  auto x = random_vec<float>(size_t(blocks) * per_block, -10, 10);
+  DBuf<float> dx(x.size()), ds(blocks * threads), dm(blocks * threads);
+  dx.upload(x);
+  k_block_reduce<<<blocks, threads>>>(dx.p, per_block, ds.p, dm.p);
+  CK_LAUNCH();
+  auto s = ds.download(), m = dm.download();
+  std::vector<double> rs(blocks * threads);
+  int bad_max = 0;
+  for (int b = 0; b < blocks; ++b) {
+    double sum = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < per_block; ++i)
+      sum += x[b * per_block + i], mx = std::max(mx, x[b * per_block + i]);
+    for (int t = 0; t < threads; ++t) {
+      rs[b * threads + t] = sum;
+      if (m[b * threads + t] != mx) ++bad_max;
+    }
+  }
+  const double err = rel_l2(s, rs);
+  report("reduce.block_" + std::to_string(threads), within(err, 1e-6) && bad_max == 0,
+         "sum rel_l2=%.2e, max mismatches=%d", err, bad_max);
+}
+
+static void test_reduce() {
+  test_warp_reduce<32>();
+  test_warp_reduce<4>();
+  test_warp_reduce<8>();
+  test_block_reduce(64);
+  test_block_reduce(256);
+  test_block_reduce(1024);
+}
+
+// ---- accum.cuh ---------------------------------------------------------------------------------
+
+// One thread per row: softmax(x) V over L columns, walked in tiles of `tile` columns split into
+// `nsplit` partial states that are merged at the end (flash-decoding). x may hold -inf (masked).
+constexpr int kAccD = 4;
+__global__ void k_online_softmax(const float* x, const float* V, int rows, int L, int tile,
+                                 int nsplit, float* out, float* sums, float* maxes) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const float* xr = x + int64_t(row) * L;
+  AccumRescale<kAccD + 1> total;
+  AccumSum s;
+  AccumMax mx;
+  const int per_split = (L + nsplit - 1) / nsplit;
+  for (int sp = 0; sp < nsplit; ++sp) {
+    AccumRescale<kAccD + 1> part;
+    const int end = min(L, (sp + 1) * per_split);
+    for (int c0 = sp * per_split; c0 < end; c0 += tile) {
+      const int c1 = min(end, c0 + tile);
+      float m = -INFINITY;
+      for (int c = c0; c < c1; ++c) m = fmaxf(m, xr[c]);
+      float v[kAccD + 1] = {};
+      if (m != -INFINITY) {
+        for (int c = c0; c < c1; ++c) {
+          const float p = expf(xr[c] - m);
+          for (int d = 0; d < kAccD; ++d) v[d] += p * V[c * kAccD + d];
+          v[kAccD] += p;
+        }
+      }
+      part.update(v, m);
+      for (int c = c0; c < c1; ++c)
+        if (xr[c] != -INFINITY) s.update(xr[c]);
+      AccumMax tm;
+      for (int c = c0; c < c1; ++c) tm.update(xr[c]);
+      mx.merge(tm);
+    }
+    total.merge(part);
+  }
+  for (int d = 0; d < kAccD; ++d) out[row * kAccD + d] = total.acc[d] / total.acc[kAccD];
+  sums[row] = s.acc;
+  maxes[row] = mx.acc;
+}
+
+static void test_accum() {
+  const int rows = 256, L = 1000;
+  std::vector<float> x(size_t(rows) * L), V(size_t(L) * kAccD);
+  for (auto& v : V) v = g_rng.range(-1, 1);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < L; ++c) {
+      float v = g_rng.range(-4, 4) + (r % 7) * 10.0f;        // large offsets: needs max subtraction
+      if (r % 5 == 0 && c < 64) v = -INFINITY;               // first tile fully masked
+      if (r % 3 == 0 && c >= 300 && c < 372) v = -INFINITY;  // a masked run inside
+      x[size_t(r) * L + c] = v;
+    }
+  DBuf<float> dx(x.size()), dV(V.size()), dout(rows * kAccD), dsum(rows), dmax(rows);
+  dx.upload(x), dV.upload(V);
+  bool all = true;
+  std::string detail;
+  for (int cfg = 0; cfg < 3; ++cfg) {
+    const int tile = cfg == 0 ? 64 : cfg == 1 ? 37 : 1000, nsplit = cfg == 0 ? 1 : cfg == 1 ? 5 : 1;
+    dout.poison(), dsum.poison(), dmax.poison();
+    k_online_softmax<<<rows / 64, 64>>>(dx.p, dV.p, rows, L, tile, nsplit, dout.p, dsum.p, dmax.p);
+    CK_LAUNCH();
+    auto out = dout.download(), sums = dsum.download(), maxes = dmax.download();
+    std::vector<double> ref(rows * kAccD), rsum(rows);
+    int bad_max = 0;
+    for (int r = 0; r < rows; ++r) {
+      double m = -INFINITY, den = 0, num[kAccD] = {}, s = 0;
+      for (int c = 0; c < L; ++c) m = std::max(m, double(x[size_t(r) * L + c]));
+      for (int c = 0; c < L; ++c) {
+        const double xv = x[size_t(r) * L + c];
+        if (xv == -INFINITY) continue;
+        s += xv;
+        const double p = std::exp(xv - m);
+        den += p;
+        for (int d = 0; d < kAccD; ++d) num[d] += p * V[c * kAccD + d];
+      }
+      for (int d = 0; d < kAccD; ++d) ref[r * kAccD + d] = num[d] / den;
+      rsum[r] = s;
+      if (maxes[r] != float(m)) ++bad_max;
+    }
+    const double err = rel_l2(out, ref), serr = rel_l2(sums, rsum);
+    char buf[160];
+    snprintf(buf, sizeof buf, "[tile %d split %d: rel_l2=%.2e sum=%.2e maxbad=%d] ", tile, nsplit,
+             err, serr, bad_max);
+    detail += buf;
+    all = all && within(err, 1e-5) && within(serr, 1e-5) && bad_max == 0;
+  }
+  report("accum.online_softmax_sum_max", all, "%s", detail.c_str());
+}
+
+// ---- tile.cuh + copy.cuh -----------------------------------------------------------------------
+
+// Copies the window at (r0, c0) of a rows x cols matrix into a shared tile, dumps the tile's
+// logical contents (through tile(r, c), so the layout's mapping is tested) and writes the tile
+// back at the same window of dst (copy_s2g: only in-bounds elements may change).
+template <class Tile, int NT, int MODE>  // MODE 0: copy_g2s, 1: cp_async_g2s
+__global__ void k_copy_window(const typename Tile::Elem* src, int rows, int cols, int ld, int r0,
+                              int c0, typename Tile::Elem* dump, typename Tile::Elem* dst) {
+  using T = typename Tile::Elem;
+  __shared__ __align__(128) char buf[Tile::kBytes];
+  Tile t(buf);
+  const GmemView<const T> v{src + int64_t(r0) * ld + c0, rows - r0, cols - c0, ld};
+  if constexpr (MODE == 0) {
+    copy_g2s<NT>(t, v, threadIdx.x);
+  } else {
+    cp_async_g2s<NT>(t, v, threadIdx.x);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < Tile::kRows * Tile::kCols; i += NT)
+    dump[i] = t(i / Tile::kCols, i % Tile::kCols);
+  const GmemView<T> d{dst + int64_t(r0) * ld + c0, rows - r0, cols - c0, ld};
+  copy_s2g<NT>(d, t, threadIdx.x);
+}
+
+template <class Tile, int MODE>
+void test_copy_window(const char* name) {
+  using T = typename Tile::Elem;
+  constexpr int R = Tile::kRows, C = Tile::kCols, E = Tile::kChunkElems;
+  const int rows = 3 * R + 5, cols = 2 * C + 2 * E + 3, ld = round_up(cols + 5, E);
+  auto src = random_vec<T>(size_t(rows) * ld);
+  DBuf<T> dsrc(src.size()), ddump(R * C), ddst(src.size());
+  dsrc.upload(src);
+  // Interior, right edge (partial chunk), bottom-right corner, and a window fully outside.
+  const int origins[4][2] = {{R, E},
+                             {R / 2, cols - C / 2 - 1 - (cols - C / 2 - 1) % E},
+                             {rows - 3, ((cols - 5) / E) * E},
+                             {rows + 1, 0}};
+  int bad = 0;
+  for (auto& o : origins) {
+    const int r0 = o[0], c0 = o[1];
+    ddump.poison(), ddst.poison();
+    k_copy_window<Tile, 128, MODE><<<1, 128>>>(dsrc.p, rows, cols, ld, r0, c0, ddump.p, ddst.p);
+    CK_LAUNCH();
+    auto dump = ddump.download(), dst = ddst.download();
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        const bool in = r0 + r < rows && c0 + c < cols;
+        const float want = in ? h2f(src[size_t(r0 + r) * ld + c0 + c]) : 0.0f;
+        if (!(h2f(dump[r * C + c]) == want)) ++bad;
+      }
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < ld; ++c) {
+        const bool written = r >= r0 && r < r0 + R && c >= c0 && c < c0 + C && c < cols;
+        const float got = h2f(dst[size_t(r) * ld + c]);
+        if (written ? !(got == h2f(src[size_t(r) * ld + c])) : !std::isnan(got)) ++bad;
+      }
+  }
+  report(std::string("copy.") + name, bad == 0, "bad elements=%d", bad);
+}
+
+// A 3-stage cp.async ring over the column tiles of a band of 32 rows per block; the consumer
+// writes each tile where it came from (zero padding past the matrix edge included).
+template <int S>
+__global__ void k_cp_async_pipeline(const __half* src, int rows, int cols, int ld, __half* out,
+                                    int ldo) {
+  using Tile = SmemTile<__half, 32, 64, Layout::Swizzled>;
+  extern __shared__ __align__(128) char smem[];
+  const int r0 = blockIdx.x * 32, ntiles = ceil_div(cols, 64);
+  const GmemView<const __half> band{src + int64_t(r0) * ld, rows - r0, cols, ld};
+  auto stage = [&](int s) { return Tile(smem + s * Tile::kBytes); };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < ntiles) cp_async_g2s<128>(stage(s), band.offset(0, s * 64), threadIdx.x);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ntiles; ++kt) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    const int next = kt + S - 1;
+    if (next < ntiles) cp_async_g2s<128>(stage(next % S), band.offset(0, next * 64), threadIdx.x);
+    cp_async_commit();
+    const Tile t = stage(kt % S);
+    for (int i = threadIdx.x; i < 32 * 64; i += 128) {
+      const int r = i / 64, c = i % 64;
+      if (r0 + r < rows) out[int64_t(r0 + r) * ldo + kt * 64 + c] = t(r, c);
+    }
+  }
+  cp_async_wait_all();
+}
+
+static void test_cp_async_pipeline() {
+  const int rows = 100, cols = 1000, ld = 1008, ldo = round_up(cols, 64);
+  auto src = random_vec<__half>(size_t(rows) * ld);
+  DBuf<__half> dsrc(src.size()), dout(size_t(rows) * ldo);
+  dsrc.upload(src);
+  constexpr int S = 3;
+  const int smem = S * SmemTile<__half, 32, 64, Layout::Swizzled>::kBytes;
+  k_cp_async_pipeline<S><<<ceil_div(rows, 32), 128, smem>>>(dsrc.p, rows, cols, ld, dout.p, ldo);
+  CK_LAUNCH();
+  auto out = dout.download();
+  int bad = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ldo; ++c) {
+      const float want = c < cols ? h2f(src[size_t(r) * ld + c]) : 0.0f;
+      if (!(h2f(out[size_t(r) * ldo + c]) == want)) ++bad;
+    }
+  report("copy.cp_async_pipeline_3stage", bad == 0, "bad elements=%d", bad);
+}
+
+// sm_90: a 2-stage ring of bulk row copies completing on mbarriers (row tiles of 16 x 64 down a
+// column band per block), then a bulk store of a tile written with ordinary stores.
+__global__ void k_bulk(const __half* src, int rows, int ld, __half* out, __half* out2) {
+  using Tile = SmemTile<__half, 16, 64, Layout::Padded>;
+  __shared__ __align__(128) char buf[2 * Tile::kBytes];
+  __shared__ __align__(8) uint64_t bar[2];
+  const int c0 = blockIdx.x * 64, ntiles = ceil_div(rows, 16);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    mbar_init(&bar[0], 1);
+    mbar_init(&bar[1], 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  const GmemView<const __half> band{src + c0, rows, 64, ld};
+  auto stage = [&](int s) { return Tile(buf + s * Tile::kBytes); };
+  if (warp == 0)
+    for (int t = 0; t < 2 && t < ntiles; ++t)
+      bulk_g2s_rows(stage(t), band.offset(t * 16, 0), &bar[t], lane);
+  for (int t = 0; t < ntiles; ++t) {
+    const int s = t & 1;
+    mbar_wait(&bar[s], (t >> 1) & 1);
+    const Tile tile = stage(s);
+    for (int i = tid; i < 16 * 64; i += blockDim.x) {
+      const int r = i / 64, c = i % 64;
+      if (t * 16 + r < rows) out[int64_t(t * 16 + r) * ld + c0 + c] = tile(r, c);
+    }
+    __syncthreads();  // everyone is done reading stage s before it is refilled
+    if (warp == 0 && t + 2 < ntiles)
+      bulk_g2s_rows(stage(s), band.offset((t + 2) * 16, 0), &bar[s], lane);
+  }
+  // Bulk store: ordinary stores into the tile, proxy fence, barrier, one thread stores rows.
+  const Tile t0 = stage(0);
+  for (int i = tid; i < 16 * 64; i += blockDim.x)
+    t0(i / 64, i % 64) = __float2half(float(blockIdx.x * 1000 + i));
+  fence_proxy_async_smem();
+  __syncthreads();
+  if (tid == 0) {
+    for (int r = 0; r < 16; ++r)
+      bulk_s2g(out2 + int64_t(blockIdx.x * 16 + r) * 64, t0.at(r, 0), 128);
+    bulk_commit();
+    bulk_wait<0>();
+  }
+}
+
+static void test_bulk(const cudaDeviceProp& prop) {
+  if (prop.major < 9) {
+    printf("SKIP copy.bulk_mbarrier (needs sm_90, device is sm_%d%d)\n", prop.major, prop.minor);
+    return;
+  }
+  const int rows = 203, cols = 320, ld = 328, bands = cols / 64;
+  auto src = random_vec<__half>(size_t(rows) * ld);
+  DBuf<__half> dsrc(src.size()), dout(src.size()), dout2(size_t(bands) * 16 * 64);
+  dsrc.upload(src);
+  k_bulk<<<bands, 128>>>(dsrc.p, rows, ld, dout.p, dout2.p);
+  CK_LAUNCH();
+  auto out = dout.download(), out2 = dout2.download();
+  int bad = 0, bad2 = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < ld; ++c) {
+      const float got = h2f(out[size_t(r) * ld + c]);
+      if (c < cols ? !(got == h2f(src[size_t(r) * ld + c])) : !std::isnan(got)) ++bad;
+    }
+  for (int b = 0; b < bands; ++b)
+    for (int i = 0; i < 16 * 64; ++i)
+      if (!(h2f(out2[size_t(b) * 1024 + i]) == h2f(__float2half(float(b * 1000 + i))))) ++bad2;
+  report("copy.bulk_mbarrier_2stage", bad == 0, "bad elements=%d", bad);
+  report("copy.bulk_store_proxy_fence", bad2 == 0, "bad elements=%d", bad2);
+}
+
+static void test_copy(const cudaDeviceProp& prop) {
+  using H = __half;
+  test_copy_window<SmemTile<H, 32, 64, Layout::Swizzled>, 0>("g2s_swizzled_32x64_f16");
+  test_copy_window<SmemTile<H, 24, 40, Layout::Padded>, 0>("g2s_padded_24x40_f16");
+  test_copy_window<SmemTile<H, 16, 24, Layout::RowMajor>, 0>("g2s_rowmajor_16x24_f16");
+  test_copy_window<SmemTile<H, 16, 16, Layout::Swizzled>, 0>("g2s_swizzled_16x16_f16");
+  test_copy_window<SmemTile<H, 16, 8, Layout::Swizzled>, 0>("g2s_swizzled_16x8_f16");
+  test_copy_window<SmemTile<H, 16, 128, Layout::Swizzled>, 0>("g2s_swizzled_16x128_f16");
+  test_copy_window<SmemTile<float, 16, 32, Layout::Swizzled>, 0>("g2s_swizzled_16x32_f32");
+  test_copy_window<SmemTile<float, 33, 12, Layout::Padded>, 0>("g2s_padded_33x12_f32");
+  test_copy_window<SmemTile<__nv_bfloat16, 32, 32, Layout::Swizzled>, 0>("g2s_swizzled_32x32_bf16");
+  test_copy_window<SmemTile<H, 32, 64, Layout::Swizzled>, 1>("cp_async_swizzled_32x64_f16");
+  test_copy_window<SmemTile<H, 24, 40, Layout::Padded>, 1>("cp_async_padded_24x40_f16");
+  test_copy_window<SmemTile<float, 16, 32, Layout::Swizzled>, 1>("cp_async_swizzled_16x32_f32");
+  test_cp_async_pipeline();
+  test_bulk(prop);
+}
+
+// ---- mma.cuh -----------------------------------------------------------------------------------
+
+// 4 warps, each a 16 x 16 piece of a 32 x 32 product with K = 32, from tiles of the given
+// layouts; B stored K x N (B_NK = false) or N x K.
+template <typename T, Layout LA, Layout LB, bool B_NK>
+__global__ void k_warp_mma(const T* A, const T* B, float* C) {
+  using TA = SmemTile<T, 32, 32, LA>;
+  using TB = SmemTile<T, 32, 32, LB>;
+  __shared__ __align__(128) char bufa[TA::kBytes];
+  __shared__ __align__(128) char bufb[TB::kBytes];
+  TA ta(bufa);
+  TB tb(bufb);
+  copy_g2s<128>(ta, GmemView<const T>{A, 32, 32, 32}, threadIdx.x);
+  copy_g2s<128>(tb, GmemView<const T>{B, 32, 32, 32}, threadIdx.x);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = (warp >> 1) * 16, c0 = (warp & 1) * 16;
+  FragC acc[1][2];
+  acc[0][0].zero(), acc[0][1].zero();
+  warp_mma<1, 2, B_NK>(acc, ta, r0, tb, c0, lane);
+  store_acc(GmemView<float>{C, 32, 32, 32}, acc, r0, c0, lane, [](float v, int, int) { return v; });
+}
+
+template <typename T, Layout LA, Layout LB, bool B_NK>
+void test_warp_mma(const char* name) {
+  auto A = random_vec<T>(32 * 32), B = random_vec<T>(32 * 32);
+  DBuf<T> dA(A.size()), dB(B.size());
+  DBuf<float> dC(32 * 32);
+  dA.upload(A), dB.upload(B);
+  k_warp_mma<T, LA, LB, B_NK><<<1, 128>>>(dA.p, dB.p, dC.p);
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(32 * 32);
+  for (int m = 0; m < 32; ++m)
+    for (int n = 0; n < 32; ++n) {
+      double s = 0;
+      for (int k = 0; k < 32; ++k)
+        s += double(h2f(A[m * 32 + k])) * h2f(B_NK ? B[n * 32 + k] : B[k * 32 + n]);
+      ref[m * 32 + n] = s;
+    }
+  const double err = rel_l2(C, ref);
+  report(std::string("mma.") + name, within(err, 1e-6), "rel_l2=%.2e", err);
+}
+
+struct EpiIdentity {
+  __device__ float operator()(float v, int, int) const { return v; }
+};
+struct EpiBiasRelu {
+  const float* bias;
+  __device__ float operator()(float v, int, int n) const { return fmaxf(v + bias[n], 0.0f); }
+};
+
+template <class Cfg, typename TO, bool BIAS>
+void test_gemm(int M, int N, int K) {
+  using T = typename Cfg::Elem;
+  const int lda = round_up(K, 8) + 8, ldb = round_up(N, 8), ldc = N + 2;
+  auto A = random_vec<T>(size_t(M) * lda), B = random_vec<T>(size_t(K) * ldb);
+  auto bias = random_vec<float>(N);
+  DBuf<T> dA(A.size()), dB(B.size());
+  DBuf<TO> dC(size_t(M) * ldc);
+  DBuf<float> dbias(N);
+  dA.upload(A), dB.upload(B), dbias.upload(bias);
+  cudaError_t e;
+  if constexpr (BIAS) {
+    e = gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiBiasRelu{dbias.p}, 0);
+  } else {
+    e = gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiIdentity(), 0);
+  }
+  CK(e);
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(size_t(M) * ldc);
+  std::vector<TO> Cv(size_t(M) * ldc);
+  int bad_pad = 0;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k)
+        s += double(h2f(A[size_t(m) * lda + k])) * h2f(B[size_t(k) * ldb + n]);
+      if (BIAS) s = std::max(s + bias[n], 0.0);
+      ref[size_t(m) * ldc + n] = s;
+      Cv[size_t(m) * ldc + n] = C[size_t(m) * ldc + n];
+    }
+    for (int n = N; n < ldc; ++n) {
+      if (!std::isnan(h2f(C[size_t(m) * ldc + n]))) ++bad_pad;  // must not be written
+      Cv[size_t(m) * ldc + n] = f2h<TO>(0.0f), ref[size_t(m) * ldc + n] = 0;
+    }
+  }
+  const double err = rel_l2(Cv, ref);
+  const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
+  char name[160];
+  snprintf(name, sizeof name, "gemm.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s", tname<T>(), M, N, K,
+           Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kStages, tname<TO>(), BIAS ? "_bias_relu" : "");
+  report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
+}
+
+static void test_mma() {
+  using H = __half;
+  using BF = __nv_bfloat16;
+  test_warp_mma<H, Layout::Swizzled, Layout::Swizzled, false>("warp_f16_swizzled_kn");
+  test_warp_mma<H, Layout::Padded, Layout::Padded, true>("warp_f16_padded_nk");
+  test_warp_mma<H, Layout::RowMajor, Layout::Swizzled, true>("warp_f16_rowmajor_swizzled_nk");
+  test_warp_mma<BF, Layout::Swizzled, Layout::Padded, false>("warp_bf16_swizzled_padded_kn");
+  test_gemm<GemmConfig<H, 128, 128, 32, 2, 4, 3>, H, false>(200, 136, 72);
+  test_gemm<GemmConfig<H, 128, 128, 32, 2, 4, 3>, H, true>(256, 256, 256);
+  test_gemm<GemmConfig<BF, 128, 128, 32, 2, 4, 3>, float, false>(130, 264, 264);
+  test_gemm<GemmConfig<H, 64, 64, 32, 2, 2, 4>, float, true>(77, 40, 522);
+  test_gemm<GemmConfig<BF, 64, 128, 64, 2, 2, 2>, BF, false>(65, 129, 100);
+}
+
+// ---- gemv.cuh ----------------------------------------------------------------------------------
+
+struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
+  const float* row_scale;
+  __device__ float operator()(float v0, float, int m, int n) const {
+    return v0 * row_scale[m] + 0.001f * float(n % 97);
+  }
+};
+
+template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, class Epi>
+void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
+               const float* h_row_scale = nullptr, int repeats = 2) {
+  const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
+  const int k_chunk = gemv_k_chunk(K, splits);
+  const int real_splits = ceil_div(K, k_chunk);
+  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW);
+  DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
+  DBuf<TO> dout(size_t(M) * ldo);
+  DBuf<float> dws(std::max<int64_t>(wsf, 1));
+  DBuf<int> dcnt(gemv_col_blocks(N, WN));
+  CK(cudaMemset(dcnt.p, 0, dcnt.n * sizeof(int)));
+  double worst = 0;
+  int bad_pad = 0;
+  // Repeated launches with fresh inputs: the split-K counters must have reset themselves.
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto X = random_vec<T>(dX.n), W0 = random_vec<T>(dW0.n), W1 = random_vec<T>(dW1.n);
+    dX.upload(X), dW0.upload(W0), dW1.upload(W1);
+    dout.poison();
+    CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M,
+                                                      N, K, real_splits, dws.p, dcnt.p, 0, epi)));
+    CK_LAUNCH();
+    auto out = dout.download();
+    std::vector<double> ref(out.size(), 0.0);
+    std::vector<double> acc0(N), acc1(N);
+    for (int m = 0; m < M; ++m) {
+      std::fill(acc0.begin(), acc0.end(), 0.0), std::fill(acc1.begin(), acc1.end(), 0.0);
+      for (int k = 0; k < K; ++k) {
+        const double xv = h2f(X[size_t(m) * ldx + k]);
+        const T* w0 = &W0[size_t(k) * ldw];
+        const T* w1 = &W1[size_t(k) * ldw];
+        for (int n = 0; n < N; ++n) acc0[n] += xv * h2f(w0[n]);
+        if (NW > 1)
+          for (int n = 0; n < N; ++n) acc1[n] += xv * h2f(w1[n]);
+      }
+      for (int n = 0; n < N; ++n) {
+        double y = acc0[n];
+        if constexpr (std::is_same_v<Epi, GemvSiluMul>) y = y / (1.0 + std::exp(-y)) * acc1[n];
+        if constexpr (std::is_same_v<Epi, GemvEpiCoords>)
+          y = y * h_row_scale[m] + double(0.001f * float(n % 97));
+        ref[size_t(m) * ldo + n] = y;
+      }
+      for (int n = N; n < ldo; ++n) {
+        if (!std::isnan(h2f(out[size_t(m) * ldo + n]))) ++bad_pad;
+        out[size_t(m) * ldo + n] = f2h<TO>(0.0f);
+      }
+    }
+    worst = std::max(worst, rel_l2(out, ref));
+    if (std::isnan(rel_l2(out, ref))) worst = NAN;
+  }
+  const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
+  char name[200];
+  snprintf(name, sizeof name, "gemv.%s_m%d_n%d_k%d_mt%d_nw%d_w%dx%d_u%d_splits%d_%s_%s", tname<T>(),
+           M, N, K, MT, NW, WN, WK, U, real_splits, tname<TO>(), epi_name);
+  report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
+}
+
+static void test_gemv_all() {
+  using H = __half;
+  using BF = __nv_bfloat16;
+  const GemvIdentity id;
+  // Edge shapes: N not a multiple of 64, K not a multiple of 16, M below the tile.
+  test_gemv<H, H, 1, 1, 2, 4, 2>(1, 4104, 4100, 1, id, "id");
+  test_gemv<H, H, 1, 1, 2, 4, 2>(2, 4104, 4100, 5, id, "id");
+  test_gemv<H, H, 2, 1, 2, 4, 2>(3, 520, 1028, 3, id, "id");
+  test_gemv<H, H, 2, 1, 1, 8, 4>(16, 1024, 2048, 1, id, "id");
+  test_gemv<H, H, 2, 1, 4, 2, 2>(16, 1000, 2048, 4, id, "id");
+  test_gemv<H, H, 4, 1, 2, 4, 2>(32, 512, 516, 2, id, "id");
+  test_gemv<H, H, 4, 1, 2, 4, 1>(27, 392, 4096, 7, id, "id");
+  test_gemv<BF, BF, 1, 1, 2, 4, 2>(8, 776, 1500, 3, id, "id");
+  test_gemv<BF, float, 2, 1, 2, 4, 2>(11, 256, 2000, 2, id, "id");
+  test_gemv<H, H, 1, 2, 2, 4, 1>(1, 1032, 2048, 4, GemvSiluMul(), "silu_mul");
+  test_gemv<H, H, 2, 2, 2, 4, 1>(5, 1032, 1024, 1, GemvSiluMul(), "silu_mul");
+  test_gemv<BF, BF, 2, 2, 2, 4, 1>(16, 264, 1024, 3, GemvSiluMul(), "silu_mul");
+  std::vector<float> scale(32);
+  for (auto& s : scale) s = g_rng.range(0.5f, 2.0f);
+  DBuf<float> dscale(32);
+  dscale.upload(scale);
+  test_gemv<H, float, 2, 1, 2, 4, 2>(13, 328, 1024, 3, GemvEpiCoords{dscale.p}, "coords",
+                                     scale.data());
+  test_gemv<H, float, 4, 1, 1, 8, 2>(30, 200, 512, 1, GemvEpiCoords{dscale.p}, "coords",
+                                     scale.data());
+}
+
+// ---- Timing ------------------------------------------------------------------------------------
+
+// Median time of one call, replaying a CUDA graph of `iters` calls (call(i) rotates its inputs).
+static double time_us(const std::function<void(int, cudaStream_t)>& call, int iters) {
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int i = 0; i < 3; ++i) call(i, st);  // warm-up (module load, first-touch)
+  CK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iters; ++i) call(i, st);
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaGraphLaunch(exec, st));
+  std::vector<double> ts;
+  for (int r = 0; r < 5; ++r) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms * 1000.0 / iters);
+  }
+  CK(cudaGetLastError());
+  std::sort(ts.begin(), ts.end());
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(st);
+  return ts[ts.size() / 2];
+}
+
+static double g_copy_gbps = 0;
+
+static void time_copy() {
+  const size_t bytes = size_t(512) << 20;
+  char *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemset(a, 1, bytes));
+  const double us = time_us(
+      [&](int, cudaStream_t s) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); },
+      10);
+  g_copy_gbps = 2.0 * bytes / (us * 1e3);
+  printf("TIME copy d2d 512MB: %.1f us, %.0f GB/s (read + write)\n", us, g_copy_gbps);
+  cudaFree(a), cudaFree(b);
+}
+
+struct GemvShape {
+  const char* name;
+  int M, N, K, nw;
+};
+
+template <int MT, int NW, int WN, int WK, int U, int MINB, class Epi>
+void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, __half* X,
+                   __half* const* W, __half* out, float* ws, int* cnt, double wave_mult) {
+  auto kernel = gemv_kernel<__half, __half, MT, NW, WN, WK, U, MINB, Epi>;
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * WN * WK, 0));
+  const int target = int(prop.multiProcessorCount * per_sm * wave_mult);
+  const int splits = gemv_pick_splits(s.N, s.K, WN, WK, target, 128);
+  const int64_t need = gemv_workspace_floats(s.N, WN, splits, MT, NW);
+  if (need > int64_t(64) << 20) {
+    printf("TIME %s: workspace too large, skipped\n", s.name);
+    return;
+  }
+  CK(cudaMemset(cnt, 0, 4096 * sizeof(int)));
+  const size_t wsz = size_t(s.K) * s.N;
+  auto call = [&](int i, cudaStream_t st) {
+    const int c = i % copies;
+    const __half* w0 = W[c];
+    const __half* w1 = NW > 1 ? W[c] + wsz : W[c];
+    CK((gemv_launch<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(
+        X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, ws, cnt, st)));
+  };
+  const double us = time_us(call, 20);
+  const double bytes = double(NW) * wsz * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
+  const double gbps = bytes / (us * 1e3);
+  printf(
+      "TIME gemv %-34s mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s %5.1f%% of "
+      "3.0 TB/s %5.1f%% of copy\n",
+      s.name, MT, WN, WK, U, MINB, gemv_col_blocks(s.N, WN), splits, per_sm, us, gbps,
+      100.0 * gbps / 3000.0, 100.0 * gbps / g_copy_gbps);
+}
+
+template <int MT, int NW>
+void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
+  const size_t wbytes = size_t(s.nw) * s.K * s.N * sizeof(__half);
+  const int copies = int(std::max<size_t>(2, (size_t(200) << 20) / wbytes + 1));
+  std::vector<__half*> W(copies);
+  for (auto& p : W) {
+    CK(cudaMalloc(&p, wbytes));
+    // Random-ish nonzero bits on the device: fill with a small pattern via memset of 0x3c (1.0).
+    CK(cudaMemset(p, 0x33, wbytes));
+  }
+  __half *X, *out;
+  CK(cudaMalloc(&X, size_t(s.M) * s.K * sizeof(__half)));
+  CK(cudaMemset(X, 0x2c, size_t(s.M) * s.K * sizeof(__half)));
+  CK(cudaMalloc(&out, size_t(s.M) * s.N * sizeof(__half)));
+  float* ws;
+  int* cnt;
+  CK(cudaMalloc(&ws, size_t(64) << 22));
+  CK(cudaMalloc(&cnt, 4096 * sizeof(int)));
+  if constexpr (NW == 1) {
+    time_gemv_cfg<MT, 1, 2, 4, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 1, 2, 4, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
+    time_gemv_cfg<MT, 1, 1, 8, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 1, 4, 2, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 1, 2, 4, 4, 1, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+  } else {
+    time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 2, 2, 4, 2, 1, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+  }
+  for (auto p : W) cudaFree(p);
+  cudaFree(X), cudaFree(out), cudaFree(ws), cudaFree(cnt);
+}
+
+static void time_gemm(const cudaDeviceProp&) {
+  using Cfg = GemmConfig<__half, 128, 128, 32, 2, 4, 3>;
+  const int M = 4096, N = 4096, K = 4096;
+  __half *A, *B, *C;
+  CK(cudaMalloc(&A, size_t(M) * K * 2));
+  CK(cudaMalloc(&B, size_t(K) * N * 2));
+  CK(cudaMalloc(&C, size_t(M) * N * 2));
+  CK(cudaMemset(A, 0x33, size_t(M) * K * 2));
+  CK(cudaMemset(B, 0x33, size_t(K) * N * 2));
+  const double us = time_us(
+      [&](int, cudaStream_t st) {
+        CK(gemm_launch<Cfg>(A, K, B, N, C, N, M, N, K, EpiIdentity(), st));
+      },
+      10);
+  printf("TIME gemm mma.sync 4096x4096x4096 f16 tile 128x128x32 s3: %.1f us, %.0f TFLOP/s\n", us,
+         2.0 * M * N * K / (us * 1e6));
+  cudaFree(A), cudaFree(B), cudaFree(C);
+}
+
+static void timing(const cudaDeviceProp& prop) {
+  time_copy();
+  // Benchmark-suite shapes (benchmarks.md): rmsnorm_linear (m = 2 bs), gated_mlp, skinny_gemm.
+  time_gemv_shape<1, 1>({"rmsnorm_linear bs1 2x4096*4096x6144", 2, 6144, 4096, 1}, prop);
+  time_gemv_shape<2, 1>({"rmsnorm_linear bs8 16x4096*4096x6144", 16, 6144, 4096, 1}, prop);
+  time_gemv_shape<4, 1>({"rmsnorm_linear bs16 32x4096*4096x6144", 32, 6144, 4096, 1}, prop);
+  time_gemv_shape<1, 2>({"gated_mlp m1 1x4096*2x4096x4096", 1, 4096, 4096, 2}, prop);
+  time_gemv_shape<2, 2>({"gated_mlp m16 16x4096*2x4096x4096", 16, 4096, 4096, 2}, prop);
+  time_gemv_shape<1, 1>({"skinny m1 1x16384*16384x2304", 1, 2304, 16384, 1}, prop);
+  time_gemv_shape<2, 1>({"skinny m16 16x16384*16384x13312", 16, 13312, 16384, 1}, prop);
+  time_gemv_shape<4, 1>({"skinny m32 32x16384*16384x13312", 32, 13312, 16384, 1}, prop);
+  time_gemv_shape<2, 1>({"skinny m16 16x6656*6656x16384", 16, 16384, 6656, 1}, prop);
+  time_gemm(prop);
+}
+
+int main() {
+  uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  if (const char* s = getenv("KILN_SEED")) seed = strtoull(s, nullptr, 10);
+  g_rng.s = seed;
+  int dev = 0;
+  CK(cudaSetDevice(dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  printf("device: %s sm_%d%d, %d SMs, L2 %d MB; seed %llu\n", prop.name, prop.major, prop.minor,
+         prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)seed);
+  test_elementwise();
+  test_reduce();
+  test_accum();
+  test_copy(prop);
+  test_mma();
+  test_gemv_all();
+  if (!getenv("KILN_SKIP_TIMING")) timing(prop);
+  finish_and_exit(g_failed == 0 ? 0 : 1);
+}
