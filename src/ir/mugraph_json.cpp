@@ -389,9 +389,11 @@ ThreadGraph decode_thread_graph(const json& v, const std::string& path, int num_
 }
 
 // Decodes one block op into `bb`; `names` maps earlier block op names to indices.
+// `saver_paths` receives the path of each output op's "output" key, in output order.
 void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& bb,
                      std::map<std::string, int, std::less<>>& names,
-                     const std::vector<std::string>& kernel_inputs) {
+                     const std::vector<std::string>& kernel_inputs,
+                     std::vector<std::string>& saver_paths) {
   const json& obj = expect_object(v, path, "a block op");
   OpKind kind = decode_op_name(obj, path, kBlock);
   const OpInfo& info = op_info(kind);
@@ -449,6 +451,7 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
           path, [&] { return bb.output(in[0], omap, fmap, dtype, tensor, rank, name); },
           // Name errors here concern either the saver's name or its tensor's name.
           std::string());
+      saver_paths.push_back(key_path(path, "output"));
       break;
     }
     case OpClass::Fused: {
@@ -511,8 +514,16 @@ void decode_graph_defined(const json& obj, const std::string& path, KernelGraphB
   std::string ops_path = key_path(path, "block_ops");
   const json& ops = expect_array(require(obj, path, "block_ops"), ops_path);
   std::map<std::string, int, std::less<>> names;
+  std::vector<std::string> saver_paths;
   for (size_t k = 0; k < ops.size(); ++k)
-    decode_block_op(ops[k], index_path(ops_path, k), bb, names, in_names);
+    decode_block_op(ops[k], index_path(ops_path, k), bb, names, in_names, saver_paths);
+  // A saved tensor must not reuse a name of the kernel graph; say so at the saver, not the kernel.
+  const std::vector<TensorDesc>& outs_desc = bb.peek().outputs;
+  for (size_t i = 0; i < outs_desc.size() && i < saver_paths.size(); ++i)
+    if (tensors.count(outs_desc[i].name))
+      fail(ErrorCode::Name, saver_paths[i],
+           fmt::format("duplicate name \"{}\": a tensor of that name already exists",
+                       outs_desc[i].name));
   auto block = at_path(path, [&] {
     return std::make_shared<const BlockGraph>(std::move(bb).finish(target_for(arch)));
   });

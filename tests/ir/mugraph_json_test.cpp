@@ -357,6 +357,9 @@ TEST(MugraphJsonErrors, UnknownNames) {
   j = valid();
   j["inputs"][1]["name"] = "X";
   expect_error(j, ErrorCode::Name, "inputs[1].name");
+  j = valid();
+  block_op(j, 6)["output"] = "W";  // the saved tensor reuses a graph input's name
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6].output");
 }
 
 TEST(MugraphJsonErrors, StructureAndStageMisuse) {
