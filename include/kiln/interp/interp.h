@@ -40,6 +40,23 @@ struct EvalOptions {
 std::vector<HostTensor> evaluate(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                  const EvalOptions& opt = {});
 
+// Partial evaluation, for graphs too big to evaluate whole (gated_mlp at m = 4096): computes
+// only the listed rows of each output. A row is an index over all dims but the last (row-major;
+// a scalar or vector output has the one row 0). rows[i] lists the rows of output i (possibly
+// none); the result i has shape [rows[i].size(), last dim of output i] and holds those rows in
+// the listed order, equal to the same rows of evaluate(g, inputs, opt). Work is cut by
+// propagating the needed rows backwards through the kernel graph and running only the blocks
+// of graph-defined kernels whose saved tiles meet a needed row (docs/interpreter.md says how
+// far each op narrows). Throws UserError(Shape) for bad inputs or a row out of range.
+std::vector<HostTensor> evaluate_rows(const KernelGraph& g, const std::vector<HostTensor>& inputs,
+                                      const std::vector<std::vector<int64_t>>& rows,
+                                      const EvalOptions& opt = {});
+// `count` distinct rows of a tensor of shape s, ascending, chosen by `seed`: the first and the
+// last row always, the rest uniformly; every row if count >= the number of rows.
+std::vector<int64_t> sample_rows(const Shape& s, int64_t count, uint64_t seed);
+// The listed rows of t, as evaluate_rows returns them.
+HostTensor select_rows(const HostTensor& t, const std::vector<int64_t>& rows);
+
 // ‖out − ref‖₂ / ‖ref‖₂ (‖out‖₂ if ref is all zeros); infinity on NaN or shape mismatch.
 double relative_l2_error(const HostTensor& out, const HostTensor& ref);
 // The spec's tolerance for an output of dtype t: 1e-4 f32, 5e-3 f16, 2e-2 bf16.

@@ -1,0 +1,149 @@
+// Value domains and dense tensors: the vocabulary of the generic evaluation core.
+//
+// The interpreter (float32 / float64 values) and the verifier (finite-field values) evaluate
+// kernel and block graphs with one traversal and one implementation of every op class
+// (tensor_ops.h, block_walk.h, eval_core.h). What differs between them is only the value type
+// and its primitive operations, gathered in a *value domain* D:
+//
+//   typename D::V                                  a regular value type (copyable, default-
+//                                                  constructible; the default value is never read)
+//   V    d.from_double(double x)                   a constant (spec constants, eps, 1/n, 0). The
+//                                                  field domain maps the exact dyadic value of x.
+//   V    d.unary(OpKind k, const Attrs& a, V x)    every op of OpClass::Unary (neg exp log sqrt
+//                                                  rsqrt reciprocal square tanh sigmoid silu relu
+//                                                  gelu leaky_relu clamp); attrs as in the op row
+//   V    d.binary(OpKind k, V x, V y)              every op of OpClass::Binary (add sub mul div
+//                                                  maximum minimum)
+//   V    d.max(V x, V y)                           the combine of max reductions, accum_max,
+//                                                  softmax's row max and accum_rescale's running
+//                                                  max; must be associative and commutative and
+//                                                  select one of its arguments. The core never
+//                                                  compares values itself.
+//   V    d.round_store(V x, DType t)               applied to every value stored into a device
+//                                                  tensor of dtype t (kernel op results, block
+//                                                  output savers)
+//
+// All of them may be static or const member functions. The core calls unary/binary with a
+// constant OpKind inside its element loops, so an inline domain whose functions switch on the
+// kind compiles to straight-line code per op. Composite ops are written once in the core in
+// terms of these primitives (see tensor_ops.h), so the domains cannot disagree on them.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/ir/diag.h"
+#include "kiln/ir/ops.h"
+#include "kiln/ir/types.h"
+
+namespace kiln::interp {
+
+template <class D>
+concept ValueDomain = requires(const D& d, typename D::V x, typename D::V y, OpKind k,
+                               const Attrs& a, DType t, double c) {
+  requires std::copyable<typename D::V> && std::default_initializable<typename D::V>;
+  { d.from_double(c) } -> std::same_as<typename D::V>;
+  { d.unary(k, a, x) } -> std::same_as<typename D::V>;
+  { d.binary(k, x, y) } -> std::same_as<typename D::V>;
+  { d.max(x, y) } -> std::same_as<typename D::V>;
+  { d.round_store(x, t) } -> std::same_as<typename D::V>;
+};
+
+// Number of elements of a shape ([] has one).
+inline int64_t elements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t e : s) n *= e;
+  return n;
+}
+
+// A shape viewed as rows x columns: the columns are the last dim, the rows every index over the
+// other dims (row-major). A scalar or a vector is one row. Partial evaluation selects rows.
+inline int64_t num_rows(const Shape& s) {
+  return s.size() <= 1 ? 1 : elements(s) / s.back();
+}
+inline int64_t num_cols(const Shape& s) {
+  return s.empty() ? 1 : s.back();
+}
+
+// A dense row-major tensor (or tile) of domain values.
+template <class V>
+struct Tensor {
+  Shape shape;
+  std::vector<V> data;
+
+  Tensor() = default;
+  explicit Tensor(Shape s) : shape(std::move(s)), data(static_cast<size_t>(elements(shape))) {}
+
+  // Reshapes in place, reusing the allocation (tiles are reset every loop iteration).
+  void reset(const Shape& s) {
+    shape = s;
+    data.resize(static_cast<size_t>(elements(shape)));
+  }
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+};
+
+// How an op may run: kernel-level ops split their rows across oneTBB workers; tile ops inside
+// a block usually run serially because the blocks themselves are spread across workers.
+struct Exec {
+  bool parallel = false;
+};
+
+// A set of rows of a tensor (see num_rows): empty means every row, otherwise one flag per row.
+// An op given a row set must compute at least those rows of its result; the others may hold
+// anything.
+using RowMask = std::vector<uint8_t>;
+
+// Calls f(std::integral_constant<OpKind, K>{}) for the runtime kind k, so that element loops are
+// instantiated once per kind with the kind as a compile-time constant.
+template <class F>
+decltype(auto) with_binary_kind(OpKind k, F&& f) {
+  switch (k) {
+    case OpKind::Add:
+      return f(std::integral_constant<OpKind, OpKind::Add>{});
+    case OpKind::Sub:
+      return f(std::integral_constant<OpKind, OpKind::Sub>{});
+    case OpKind::Mul:
+      return f(std::integral_constant<OpKind, OpKind::Mul>{});
+    case OpKind::Div:
+      return f(std::integral_constant<OpKind, OpKind::Div>{});
+    case OpKind::Maximum:
+      return f(std::integral_constant<OpKind, OpKind::Maximum>{});
+    case OpKind::Minimum:
+      return f(std::integral_constant<OpKind, OpKind::Minimum>{});
+    default:
+      break;
+  }
+  throw InternalError(fmt::format("{} is not a binary op", op_name(k)));
+}
+
+template <class F>
+decltype(auto) with_unary_kind(OpKind k, F&& f) {
+  switch (k) {
+#define KILN_UNARY_CASE(E) \
+  case OpKind::E:          \
+    return f(std::integral_constant<OpKind, OpKind::E>{});
+    KILN_UNARY_CASE(Neg)
+    KILN_UNARY_CASE(Exp)
+    KILN_UNARY_CASE(Log)
+    KILN_UNARY_CASE(Sqrt)
+    KILN_UNARY_CASE(Rsqrt)
+    KILN_UNARY_CASE(Reciprocal)
+    KILN_UNARY_CASE(Square)
+    KILN_UNARY_CASE(Tanh)
+    KILN_UNARY_CASE(Sigmoid)
+    KILN_UNARY_CASE(Silu)
+    KILN_UNARY_CASE(Relu)
+    KILN_UNARY_CASE(Gelu)
+    KILN_UNARY_CASE(LeakyRelu)
+    KILN_UNARY_CASE(Clamp)
+#undef KILN_UNARY_CASE
+    default:
+      break;
+  }
+  throw InternalError(fmt::format("{} is not a unary op", op_name(k)));
+}
+
+}  // namespace kiln::interp

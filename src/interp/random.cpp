@@ -1,0 +1,50 @@
+// The seeded input generator of interp.h, specified bit for bit in docs/interpreter.md so that a
+// GPU harness can produce the same inputs.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "kiln/interp/float_domain.h"
+#include "kiln/interp/interp.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+// splitmix64's output function.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index) {
+  HostTensor h{t.shape, t.dtype, {}};
+  const int64_t n = interp::elements(t.shape);
+  h.data.resize(static_cast<size_t>(n));
+  const uint64_t stream = mix64(seed + kGolden * (static_cast<uint64_t>(input_index) + 1));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1 << 16),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t e = r.begin(); e < r.end(); ++e) {
+                        uint64_t z = mix64(stream + kGolden * (static_cast<uint64_t>(e) + 1));
+                        // Top 24 bits, centred: an integer in [-2^23, 2^23), never 0.
+                        int32_t k = static_cast<int32_t>(z >> 40) - (1 << 23);
+                        if (k == 0) k = 1;
+                        float x = static_cast<float>(k) * 0x1p-24f;  // exact
+                        h.data[e] = interp::round_float_to_dtype(x, t.dtype);
+                      }
+                    });
+  return h;
+}
+
+std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed) {
+  std::vector<HostTensor> v;
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    v.push_back(random_tensor(g.tensor(g.inputs[i]), seed, static_cast<int>(i)));
+  return v;
+}
+
+}  // namespace kiln

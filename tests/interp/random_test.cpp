@@ -1,0 +1,105 @@
+// The seeded input generator: determinism, independence of seeds and inputs, the documented
+// formula, representability in each dtype, distribution, and never all zeros.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "kiln/interp/float_domain.h"
+#include "kiln/interp/interp.h"
+
+namespace kiln {
+namespace {
+
+// The generator exactly as docs/interpreter.md states it, written independently of random.cpp.
+double reference_value(uint64_t seed, int input, uint64_t e, DType t) {
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t g = 0x9e3779b97f4a7c15ull;
+  uint64_t s = mix(seed + g * (uint64_t(input) + 1));
+  uint64_t h = mix(s + g * (e + 1));
+  int64_t k = int64_t(h >> 40) - (int64_t(1) << 23);
+  if (k == 0) k = 1;
+  return interp::round_to_dtype(std::ldexp(double(k), -24), t);
+}
+
+TEST(Random, FollowsTheDocumentedFormula) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    HostTensor h = random_tensor({"x", {3, 70}, t}, 42, 2);
+    ASSERT_EQ(h.shape, (Shape{3, 70}));
+    ASSERT_EQ(h.dtype, t);
+    for (size_t e = 0; e < h.data.size(); ++e)
+      ASSERT_EQ(h.data[e], reference_value(42, 2, e, t)) << e;
+  }
+  // Pinned values, so that a change of the formula is noticed (the GPU harness relies on it).
+  HostTensor h = random_tensor({"x", {4}, DType::F32}, 0, 0);
+  EXPECT_EQ(h.data[0], reference_value(0, 0, 0, DType::F32));
+  EXPECT_EQ(random_tensor({"x", {1}, DType::F32}, 1, 0).data[0],
+            reference_value(1, 0, 0, DType::F32));
+}
+
+TEST(Random, DeterministicAndIndependent) {
+  TensorDesc t{"x", {64, 32}, DType::F16};
+  EXPECT_EQ(random_tensor(t, 7, 0).data, random_tensor(t, 7, 0).data);
+  EXPECT_NE(random_tensor(t, 7, 0).data, random_tensor(t, 8, 0).data);
+  EXPECT_NE(random_tensor(t, 7, 0).data, random_tensor(t, 7, 1).data);
+  // Element e does not depend on the shape: a prefix of a bigger tensor is the same.
+  HostTensor big = random_tensor({"x", {64, 64}, DType::F16}, 7, 0);
+  HostTensor small = random_tensor(t, 7, 0);
+  for (size_t i = 0; i < small.data.size(); ++i) ASSERT_EQ(big.data[i], small.data[i]);
+}
+
+TEST(Random, RepresentableInDtypeAndInRange) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    HostTensor h = random_tensor({"x", {100000}, t}, 3, 1);
+    for (double v : h.data) {
+      ASSERT_EQ(interp::round_to_dtype(v, t), v);
+      ASSERT_GE(v, -0.5);
+      ASSERT_LE(v, 0.5);  // f16/bf16 rounding may reach 0.5 from below
+      ASSERT_NE(v, 0.0);
+    }
+  }
+}
+
+TEST(Random, UniformLooking) {
+  HostTensor h = random_tensor({"x", {1 << 20}, DType::F32}, 11, 0);
+  double sum = 0, sq = 0;
+  std::vector<int> bins(16, 0);
+  for (double v : h.data) {
+    sum += v;
+    sq += v * v;
+    bins[static_cast<int>((v + 0.5) * 16)]++;
+  }
+  const double n = static_cast<double>(h.data.size());
+  EXPECT_NEAR(sum / n, 0.0, 2e-3);
+  EXPECT_NEAR(sq / n, 1.0 / 12, 1e-3);
+  for (int b : bins) EXPECT_NEAR(b, n / 16, n / 16 * 0.02);
+  std::set<double> distinct(h.data.begin(), h.data.end());
+  EXPECT_GT(distinct.size(), h.data.size() * 9 / 10);
+}
+
+TEST(Random, NeverAllZeros) {
+  // Even a one-element tensor, for many seeds and every dtype.
+  for (uint64_t s = 0; s < 2000; ++s)
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      ASSERT_NE(random_tensor({"x", {}, t}, s, 0).data[0], 0.0);
+}
+
+TEST(Random, InputsOfAGraph) {
+  KernelGraphBuilder b("g");
+  int x = b.input("x", {4, 8}, DType::F16);
+  int w = b.input("w", {8}, DType::BF16);
+  b.output(b.op(OpKind::Mul, {x, w}, {}, "y"));
+  KernelGraph g = std::move(b).finish();
+  auto in = random_inputs(g, 5);
+  ASSERT_EQ(in.size(), 2u);
+  EXPECT_EQ(in[0].data, random_tensor(g.tensor(x), 5, 0).data);
+  EXPECT_EQ(in[1].data, random_tensor(g.tensor(w), 5, 1).data);
+  EXPECT_EQ(in[1].dtype, DType::BF16);
+}
+
+}  // namespace
+}  // namespace kiln
