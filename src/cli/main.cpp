@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       "Run `kiln COMMAND --help` for a command's options.");
   kiln::cli::add_show(app);
   kiln::cli::add_eval(app);
+  kiln::cli::add_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
