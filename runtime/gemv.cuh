@@ -18,9 +18,10 @@
 // Work split: a block of WARPS_N x WARPS_K warps covers 64 * WARPS_N columns; warps with the same
 // wn interleave the 16-row k-steps of the block's k-range (adjacent warps read adjacent column
 // slabs of the same rows), and their partials are summed through shared memory. gridDim.y splits
-// K across blocks (split-K); the last block of a column block to finish sums all splits from a
-// float32 workspace in split order (deterministic) and runs the epilogue, so one launch does
-// everything. Its counter is reset by that block, ready for the next launch.
+// K across blocks (split-K); each block publishes its partial to a float32 workspace, and the
+// last block of a column block to arrive (an atomic counter) sums all splits, its warps sharing
+// the reads, in a fixed order (deterministic), and runs the epilogue: one launch does everything.
+// That block resets the counter, ready for the next launch.
 //
 // Accumulator layout (GemvAcc, per lane; g = lane / 4, t = lane % 4): c[j][mt].x[2 h + e] is the
 // sum for batch row m = 8 mt + 2t + e and column n = n_warp + 8g + 2j + h. So each lane ends
@@ -181,26 +182,29 @@ KILN_DEV void gemv_block_reduce(GemvAcc<MT> (&acc)[NW], float* smem) {
 
 // Split-K across the gridDim.y blocks of one column block. ws: this column block's workspace,
 // splits * WARPS_N * NW * MT * 512 floats; counter: its arrival counter (0 between launches).
-// Returns true (block-uniform) in the last block to arrive, whose warps with wk = 0 then hold
-// the sum over all splits in split order. Every thread of the block calls it.
+// Returns true (block-uniform) in the last block to arrive. There every warp (wn, wk) holds the
+// sum of the splits s = wk, wk + WARPS_K, ... (zero if none), so that all warps share the
+// L2 round trips; gemv_block_reduce then folds them into the wk = 0 warps. The order of the
+// sums is fixed, so results are deterministic. Every thread of the block calls it, after
+// gemv_block_reduce (only the wk = 0 warps' values are published).
 template <int MT, int NW, int WARPS_N, int WARPS_K>
 KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter, int split,
                                  int splits) {
   __shared__ int s_last;
-  constexpr int kPerWarp = NW * MT * 512;
+  constexpr int kVec = NW * MT * 4;  // float4 per lane per split: (v, mt, j) -> c[j][mt].x[0..3]
   const int lane = lane_id(), warp = warp_id();
   const int wn = warp % WARPS_N, wk = warp / WARPS_N;
   if (wk == 0) {
-    float* p = ws + (split * WARPS_N + wn) * kPerWarp + lane;
+    float4* p = reinterpret_cast<float4*>(ws) + (split * WARPS_N + wn) * kVec * 32 + lane;
 #pragma unroll
     for (int v = 0; v < NW; ++v)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            __stcg(p + (((v * MT + mt) * 4 + j) * 4 + i) * 32, acc[v].c[j][mt].x[i]);
+        for (int j = 0; j < 4; ++j) {
+          const FragC& c = acc[v].c[j][mt];
+          __stcg(p + ((v * MT + mt) * 4 + j) * 32, make_float4(c.x[0], c.x[1], c.x[2], c.x[3]));
+        }
     __threadfence();
   }
   __syncthreads();
@@ -208,21 +212,22 @@ KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter
   __syncthreads();
   if (!s_last) return false;
   __threadfence();
-  if (wk == 0) {
 #pragma unroll
-    for (int v = 0; v < NW; ++v) acc[v].zero();
-    for (int s = 0; s < splits; ++s) {
-      const float* p = ws + (s * WARPS_N + wn) * kPerWarp + lane;
+  for (int v = 0; v < NW; ++v) acc[v].zero();
+  constexpr int kSplitUnroll = kVec <= 8 ? 2 : 1;  // two splits' loads in flight if regs allow
+#pragma unroll kSplitUnroll
+  for (int s = wk; s < splits; s += WARPS_K) {
+    const float4* p = reinterpret_cast<const float4*>(ws) + (s * WARPS_N + wn) * kVec * 32 + lane;
 #pragma unroll
-      for (int v = 0; v < NW; ++v)
+    for (int v = 0; v < NW; ++v)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              acc[v].c[j][mt].x[i] += __ldcg(p + (((v * MT + mt) * 4 + j) * 4 + i) * 32);
-    }
+        for (int j = 0; j < 4; ++j) {
+          const float4 q = __ldcg(p + ((v * MT + mt) * 4 + j) * 32);
+          FragC& c = acc[v].c[j][mt];
+          c.x[0] += q.x, c.x[1] += q.y, c.x[2] += q.z, c.x[3] += q.w;
+        }
   }
   if (threadIdx.x == 0) *counter = 0;
   return true;
@@ -296,6 +301,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     if (!gemv_splitk_reduce<MT, NW, WARPS_N, WARPS_K>(acc, wsb, counters + blockIdx.x, split,
                                                       splits))
       return;
+    gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
   }
   if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, epi);
 }
@@ -316,14 +322,15 @@ inline int gemv_k_chunk(int K, int splits) {
   return round_up(ceil_div(K, splits), 16);
 }
 
-// A split count that gives about target_blocks blocks in all (e.g. SM count x resident blocks per
-// SM, one full wave), keeping at least min_k_per_warp rows of K per warp so that each warp
+// A split count that gives at most target_blocks blocks in all (SM count x resident blocks per
+// SM, from cudaOccupancyMaxActiveBlocksPerMultiprocessor: one wave, so no block waits for a
+// second round), keeping at least min_k_per_warp rows of K per warp so that each warp
 // streams enough to amortize the reductions. Returns the count after rounding, so that no split
 // is empty.
 inline int gemv_pick_splits(int N, int K, int warps_n, int warps_k, int target_blocks,
-                            int min_k_per_warp = 256) {
+                            int min_k_per_warp = 128) {
   const int cb = gemv_col_blocks(N, warps_n);
-  int splits = max_i(1, (target_blocks + cb / 2) / cb);
+  int splits = max_i(1, target_blocks / cb);  // never more blocks than one wave
   const int max_splits = max_i(1, K / (min_k_per_warp * warps_k));
   splits = min_i(splits, max_splits);
   const int chunk = gemv_k_chunk(K, splits);

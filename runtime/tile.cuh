@@ -5,9 +5,11 @@
 //                            stride. Copies read past the extent as zeros and never write past it.
 //   SmemTile<T, R, C, L, P>  an R x C tile in shared memory with layout L:
 //     Layout::RowMajor       row pitch C elements.
-//     Layout::Padded         row pitch C + P elements. The default P is one 16-byte chunk, which
-//                            makes ldmatrix and 16-byte row accesses conflict-free for any C;
-//                            P = 1 (word-sized f32) suits scalar column walks.
+//     Layout::Padded         row pitch C + P elements. With the default P (one 16-byte chunk)
+//                            ldmatrix is conflict-free when the pitch is an odd number of
+//                            16-byte chunks, i.e. for rows of 32, 64, 128, ... bytes (not for
+//                            16, 80 or 48-byte rows: check kLdmatrixConflictFree). P = 1 for
+//                            f32 suits scalar column walks (but rules out 16-byte copies).
 //     Layout::Swizzled       row pitch C; the 16-byte chunk index within a row is XORed with a
 //                            function of the row, so the 8 rows an ldmatrix phase reads, and
 //                            column walks of 16-byte chunks, hit 8 distinct bank groups. No
@@ -58,6 +60,12 @@ struct SmemTile {
   static constexpr int kPitch = L == Layout::Padded ? COLS + PAD : COLS;  // elements
   static constexpr int kElems = ROWS * kPitch;
   static constexpr int kBytes = kElems * int(sizeof(T));
+
+  // Whether the 8 rows x 16 bytes of an ldmatrix phase (same chunk column, 8 consecutive rows
+  // from a multiple of 8) fall in 8 distinct bank groups.
+  static constexpr bool kLdmatrixConflictFree =
+      L == Layout::Swizzled ||
+      (kPitch * int(sizeof(T)) % 16 == 0 && (kPitch * int(sizeof(T)) / 16) % 2 == 1);
 
   static_assert(COLS % kChunkElems == 0, "a tile row is a whole number of 16-byte chunks");
   static_assert(L != Layout::Padded || (PAD * int(sizeof(T))) % 4 == 0, "pad whole words");

@@ -959,14 +959,21 @@ void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
   int* cnt;
   CK(cudaMalloc(&ws, size_t(64) << 22));
   CK(cudaMalloc(&cnt, 4096 * sizeof(int)));
-  if constexpr (NW == 1) {
+  // Configurations (warps_n, warps_k, unroll, min blocks/SM) that compile without spills.
+  if constexpr (NW == 1 && MT <= 2) {
     time_gemv_cfg<MT, 1, 2, 4, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 2, 4, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
     time_gemv_cfg<MT, 1, 1, 8, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 4, 2, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 2, 4, 4, 1, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+  } else if constexpr (NW == 1) {
+    time_gemv_cfg<MT, 1, 2, 4, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 1, 2, 4, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
+    time_gemv_cfg<MT, 1, 1, 8, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 1, 2, 4, 2, 1, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
   } else {
     time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
     time_gemv_cfg<MT, 2, 2, 4, 2, 1, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
   }
   for (auto p : W) cudaFree(p);
