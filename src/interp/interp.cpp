@@ -45,8 +45,14 @@ Tensor<V> to_domain(const HostTensor& h) {
   Tensor<V> t(h.shape);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, t.size(), 1 << 16),
                     [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i)
-                        t.data[i] = static_cast<V>(interp::round_to_dtype(h.data[i], h.dtype));
+                      for (int64_t i = r.begin(); i < r.end(); ++i) {
+                        const double x = h.data[i];
+                        const float f = static_cast<float>(x);
+                        // Inline fast path of round_to_dtype for values that are floats.
+                        t.data[i] = static_cast<double>(f) == x
+                                        ? static_cast<V>(interp::round_float_to_dtype(f, h.dtype))
+                                        : static_cast<V>(interp::round_to_dtype(x, h.dtype));
+                      }
                     });
   return t;
 }

@@ -4,6 +4,7 @@
 // --gtest_also_run_disabled_tests --gtest_filter='*SuiteTimings*').
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 
 #include "helpers.h"
 #include "suite.h"
@@ -15,22 +16,31 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void time_spec(const KernelGraph& g, const char* label, bool f64 = true) {
+// CPU seconds of the whole process (all threads): on a shared machine wall time says little.
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+void time_spec(const KernelGraph& g, const char* label) {
   auto t0 = std::chrono::steady_clock::now();
+  double c0 = cpu_seconds();
   auto in = random_inputs(g, 1);
-  double gen = seconds_since(t0);
+  double gen = seconds_since(t0), cgen = cpu_seconds() - c0;
   t0 = std::chrono::steady_clock::now();
+  c0 = cpu_seconds();
   auto f32 = evaluate(g, in, {Precision::F32, 0});
-  double t32 = seconds_since(t0);
-  double t64 = 0;
-  if (f64) {
-    t0 = std::chrono::steady_clock::now();
-    auto ref = evaluate(g, in, {Precision::F64, 0});
-    t64 = seconds_since(t0);
-    for (size_t i = 0; i < ref.size(); ++i)
-      EXPECT_LE(relative_l2_error(f32[i], ref[i]), spec_tolerance(ref[i].dtype)) << label;
-  }
-  std::printf("[ timing   ] %-28s inputs %6.2fs  f32 %6.2fs  f64 %6.2fs\n", label, gen, t32, t64);
+  double t32 = seconds_since(t0), c32 = cpu_seconds() - c0;
+  t0 = std::chrono::steady_clock::now();
+  c0 = cpu_seconds();
+  auto ref = evaluate(g, in, {Precision::F64, 0});
+  double t64 = seconds_since(t0), c64 = cpu_seconds() - c0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LE(relative_l2_error(f32[i], ref[i]), spec_tolerance(ref[i].dtype)) << label;
+  std::printf(
+      "[ timing   ] %-26s wall/cpu s: inputs %5.2f/%5.2f  f32 %5.2f/%5.2f  f64 %5.2f/%5.2f\n",
+      label, gen, cgen, t32, c32, t64, c64);
 }
 
 void time_rows(const KernelGraph& g, const char* label, int64_t count) {
@@ -38,9 +48,10 @@ void time_rows(const KernelGraph& g, const char* label, int64_t count) {
   std::vector<std::vector<int64_t>> rows;
   for (int t : g.outputs) rows.push_back(sample_rows(g.tensor(t).shape, count, 1));
   auto t0 = std::chrono::steady_clock::now();
+  double c0 = cpu_seconds();
   auto part = evaluate_rows(g, in, rows, {Precision::F64, 0});
-  std::printf("[ timing   ] %-28s %lld rows f64 %6.2fs\n", label, static_cast<long long>(count),
-              seconds_since(t0));
+  std::printf("[ timing   ] %-26s wall/cpu s: %lld rows f64 %5.2f/%5.2f\n", label,
+              static_cast<long long>(count), seconds_since(t0), cpu_seconds() - c0);
   EXPECT_EQ(part[0].shape[0], count);
 }
 

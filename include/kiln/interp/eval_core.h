@@ -85,13 +85,13 @@ std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph&
         const int t = op.outputs.at(0);
         static const RowMask all;
         T& out = val[t];
-        apply_op(d, op.kind, op.attrs, std::span<const T* const>(args), out, ex,
-                 plan ? plan->rows[t] : all);
+        const RowMask& rows = plan ? plan->rows[t] : all;
+        apply_op(d, op.kind, op.attrs, std::span<const T* const>(args), out, ex, rows);
         KILN_ASSERT(out.shape == g.tensor(t).shape, "{}: computed {}, expected {}", op.name,
                     shape_str(out.shape), shape_str(g.tensor(t).shape));
         const DType dt = g.tensor(t).dtype;
         const int64_t cols = num_cols(out.shape);
-        for_rows(ex, num_rows(out.shape), cols, {}, [&](int64_t r) {
+        for_rows(ex, num_rows(out.shape), cols, rows, [&](int64_t r) {
           for (int64_t j = r * cols; j < (r + 1) * cols; ++j)
             out.data[j] = d.round_store(out.data[j], dt);
         });

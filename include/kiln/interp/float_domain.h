@@ -23,6 +23,9 @@ namespace kiln::interp {
 // x rounded to the nearest value of dtype t (ties to even), computed exactly from the double
 // (no double rounding through float).
 double round_to_dtype(double x, DType t);
+// The same by plain arithmetic on the double (frexp, scaling, nearbyint), without the fast path
+// through round_float_to_dtype: the reference the tests hold the fast paths to.
+double round_to_dtype_reference(double x, DType t);
 
 // The same for a float argument, by bit manipulation; equals round_to_dtype(double(x), t).
 inline float round_float_to_dtype(float x, DType t) {
