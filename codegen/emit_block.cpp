@@ -1,0 +1,857 @@
+// Emission of one graph-defined op as a CUDA kernel, implementing its block graph exactly as
+// block_graph.h specifies, with the placement and order its BlockSchedule decided.
+//
+// Kernel shape: input tiles are copied into shared memory (invariant tiles once, loop tiles
+// through a cp.async ring of `pipeline_stages` stages prefetched ahead), then the schedule's
+// steps run: each Compute/Accumulate/Save step loops over the elements of its tile in its
+// distribution (strided elements, lane groups that reduce with shuffles, or the mma.sync fragment
+// layout), computes the tile's expression (inline ops, at most one matmul/reduction root) and
+// stores, accumulates into registers, or writes device memory.
+#include <functional>
+
+#include "emit_internal.h"
+#include "kiln/ir/diag.h"
+
+namespace kiln::cgen {
+
+namespace {
+
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+class BlockEmitter {
+ public:
+  BlockEmitter(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp)
+      : g_(g), kop_(kop), kp_(kp), bg_(*kop.block), bs_(*kp.block), T_(bg_.block_threads) {}
+
+  void emit(Code& out) {
+    const int S = bs_.pipeline_stages;
+    // Signature.
+    std::vector<std::string> params;
+    for (size_t i = 0; i < bg_.inputs.size(); ++i)
+      params.push_back(fmt::format("const {}* __restrict__ in{}", ctype(bg_.inputs[i].dtype), i));
+    for (size_t i = 0; i < bg_.outputs.size(); ++i)
+      params.push_back(fmt::format("{}* __restrict__ out{}", ctype(bg_.outputs[i].dtype), i));
+    if (bs_.global_bytes_per_block > 0) params.push_back("float* __restrict__ kiln_scratch");
+    out.f("// {}: block graph {} x {} threads, {} iteration(s), {} B shared memory", kp_.kernel,
+          shape_str(bg_.grid), T_, bg_.num_iterations(), bs_.smem_bytes);
+    out.f("constexpr int kSmem_{} = {};", kp_.kernel, bs_.smem_bytes);
+    out.f("static_assert(kSmem_{} <= {}, \"{}: shared memory over the {} budget\");", kp_.kernel,
+          bs_.smem_budget, kp_.kernel, target_for(g_.arch).name);
+    out.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", T_, kp_.kernel,
+                         fmt::join(params, ", ")));
+    c_ = &out;
+    c_->line("extern __shared__ __align__(128) unsigned char kiln_smem[];");
+    c_->line("const int tid = threadIdx.x;");
+    c_->line("(void)tid;");
+    const char* bid[3] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
+    for (size_t d = 0; d < bg_.grid.size(); ++d) c_->f("const int g{} = {};", d, bid[d]);
+    if (bs_.global_bytes_per_block > 0)
+      c_->f(
+          "float* const kiln_gs = kiln_scratch + (int64_t)((blockIdx.z * gridDim.y + "
+          "blockIdx.y) * gridDim.x + blockIdx.x) * {};",
+          bs_.global_bytes_per_block / 4);
+    declare_tiles();
+    declare_fused();
+    declare_accumulators();
+    declare_loads();
+    // Pre: invariant loads, then the prologue of the loop-input ring.
+    bool any_inv = false, any_loop = false;
+    for (size_t i = 0; i < bg_.ops.size(); ++i)
+      if (bg_.ops[i].kind == OpKind::Input) {
+        if (bg_.ops[i].stage == Stage::Loop)
+          any_loop = true;
+        else
+          any_inv = true, c_->f("load_{}();", bg_.ops[i].name);
+      }
+    if (any_inv) c_->line("kiln::rt::cp_async_commit();");
+    const int64_t NIT = bg_.num_iterations();
+    if (any_loop && S >= 2) {
+      c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int s = 0; s < {}; ++s) {{", S - 1));
+      c_->open(fmt::format("if (s < {}) {{", NIT));
+      for (size_t i = 0; i < bg_.ops.size(); ++i)
+        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
+          c_->f("load_{}(s, s);", bg_.ops[i].name);
+      c_->close();
+      c_->line("kiln::rt::cp_async_commit();");
+      c_->close();
+    }
+    bool pre_waited = false;
+    for (const Step& st : bs_.steps)
+      if (st.phase == Phase::Pre) {
+        if (st.kind == StepKind::Barrier && !pre_waited) {
+          c_->f("kiln::rt::cp_async_wait<{}>();", any_loop && S >= 2 ? S - 1 : 0);
+          pre_waited = true;
+        }
+        emit_step(st);
+      }
+    // The loop.
+    c_->open(fmt::format("for (int it = 0; it < {}; ++it) {{", NIT));
+    emit_loop_indices("it", "l");
+    if (any_loop && S >= 2) {
+      c_->f("kiln::rt::cp_async_wait<{}>();", S - 2);
+      c_->line("__syncthreads();");
+      c_->open("{");
+      c_->f("const int nx = it + {};", S - 1);
+      c_->open(fmt::format("if (nx < {}) {{", NIT));
+      for (size_t i = 0; i < bg_.ops.size(); ++i)
+        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
+          c_->f("load_{}(nx, nx % {});", bg_.ops[i].name, S);
+      c_->close();
+      c_->line("kiln::rt::cp_async_commit();");
+      c_->close();
+    } else if (any_loop) {
+      c_->line("__syncthreads();");
+      for (size_t i = 0; i < bg_.ops.size(); ++i)
+        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
+          c_->f("load_{}(it, 0);", bg_.ops[i].name);
+      c_->line("kiln::rt::cp_async_commit();");
+      c_->line("kiln::rt::cp_async_wait<0>();");
+      c_->line("__syncthreads();");
+    } else {
+      c_->line(any_inv && !pre_waited ? "kiln::rt::cp_async_wait<0>();" : "");
+      c_->line("__syncthreads();");
+    }
+    for (size_t i = 0; i < bg_.ops.size(); ++i) {
+      const BlockOp& o = bg_.ops[i];
+      if (o.kind == OpKind::Input && o.stage == Stage::Loop)
+        c_->f("const {}* c_{} = s_{} + (it % {}) * {};", ctype(bg_.inputs[o.io].dtype), o.name,
+              o.name, S, bs_.tiles[i].bytes / dtype_bytes(bg_.inputs[o.io].dtype));
+    }
+    for (const Step& st : bs_.steps)
+      if (st.phase == Phase::Loop) emit_step(st);
+    c_->close();
+    c_->line("kiln::rt::cp_async_wait_all();");
+    for (const Step& st : bs_.steps)
+      if (st.phase == Phase::Post) emit_step(st);
+    out.close();
+    out.line("");
+  }
+
+ private:
+  const BlockOp& op(int i) const { return bg_.ops[i]; }
+  const TilePlan& tp(int i) const { return bs_.tiles[i]; }
+  OpClass cls(int i) const { return op_info(op(i).kind).cls; }
+  const std::string& nm(int i) const { return op(i).name; }
+
+  std::string tmp() { return fmt::format("v{}", tmp_++); }
+
+  // ---- declarations --------------------------------------------------------------------------
+  void declare_tiles() {
+    for (size_t i = 0; i < bg_.ops.size(); ++i) {
+      const TilePlan& t = tp(i);
+      const BlockOp& o = op(i);
+      if (o.kind == OpKind::Input) {
+        c_->f("{}* const s_{} = reinterpret_cast<{}*>(kiln_smem + {});",
+              ctype(bg_.inputs[o.io].dtype), o.name, ctype(bg_.inputs[o.io].dtype), t.offset);
+        continue;
+      }
+      if ((t.home == TileHome::Smem || t.home == TileHome::Global) && t.offset >= 0) {
+        if (t.home == TileHome::Smem)
+          c_->f("float* const s_{} = reinterpret_cast<float*>(kiln_smem + {});", o.name, t.offset);
+        else
+          c_->f("float* const s_{} = kiln_gs + {};", o.name, t.offset / 4);
+      }
+      if (t.home == TileHome::Registers && t.spill) {
+        if (t.spill_global)
+          c_->f("float* const sp_{} = kiln_gs + {};", o.name, t.spill_offset / 4);
+        else
+          c_->f("float* const sp_{} = reinterpret_cast<float*>(kiln_smem + {});", o.name,
+                t.spill_offset);
+      }
+    }
+  }
+
+  void declare_fused() {
+    for (const BlockOp& o : bg_.ops) {
+      if (o.kind != OpKind::Fused) continue;
+      const ThreadGraph& tg = *o.thread;
+      std::vector<std::string> ps;
+      for (int i = 0; i < tg.num_inputs; ++i) ps.push_back(fmt::format("float a{}", i));
+      c_->open(fmt::format("auto fz_{} = []({}) -> float {{", o.name, fmt::join(ps, ", ")));
+      for (size_t j = 0; j < tg.ops.size(); ++j) {
+        std::vector<std::string> xs;
+        for (int r : tg.ops[j].inputs)
+          xs.push_back(r < tg.num_inputs ? fmt::format("a{}", r)
+                                         : fmt::format("t{}", r - tg.num_inputs));
+        c_->f("const float t{} = {};", j, ew_expr(tg.ops[j].kind, tg.ops[j].attrs, xs));
+      }
+      c_->f("return t{};", tg.ops.size() - 1);
+      c_->close("};");
+    }
+  }
+
+  std::string reg_decl_dims(const Distribution& d) const {
+    if (d.kind == DistKind::Mma) return fmt::format("[{}][{}][{}]", d.bw, d.mtw, d.ntw);
+    return fmt::format("[{}]", d.slots(T_));
+  }
+
+  void declare_accumulators() {
+    for (size_t i = 0; i < bg_.ops.size(); ++i) {
+      const TilePlan& t = tp(i);
+      if (t.home != TileHome::Registers) continue;
+      const BlockOp& o = op(i);
+      const Distribution& d = t.dist;
+      const char* init = o.kind == OpKind::AccumMax ? "-__int_as_float(0x7f800000)" : "0.0f";
+      auto decl = [&](const std::string& name, const char* value) {
+        if (d.kind == DistKind::Mma) {
+          c_->f("kiln::rt::FragC {}{};", name, reg_decl_dims(d));
+          c_->f(
+              "for (int a_ = 0; a_ < {}; ++a_) for (int b_ = 0; b_ < {}; ++b_) for (int c_ = 0; "
+              "c_ < {}; ++c_) for (int r_ = 0; r_ < 4; ++r_) {}[a_][b_][c_].x[r_] = {};",
+              d.bw, d.mtw, d.ntw, name, value);
+        } else {
+          c_->f("float {}{};", name, reg_decl_dims(d));
+          c_->f("for (int a_ = 0; a_ < {}; ++a_) {}[a_] = {};", d.slots(T_), name, value);
+        }
+      };
+      decl("acc_" + o.name, init);
+      if (o.kind == OpKind::AccumRescale) decl("accm_" + o.name, "-__int_as_float(0x7f800000)");
+    }
+  }
+
+  // Loop indices of iteration variable `it` as prefix0.. (only dims with range > 1).
+  void emit_loop_indices(const std::string& it, const std::string& prefix) {
+    int64_t inner = 1;
+    for (int d = static_cast<int>(bg_.loop.size()) - 1; d >= 0; --d) {
+      std::string e = inner == 1 ? it : fmt::format("({} / {})", it, inner);
+      if (d > 0) e = fmt::format("{} % {}", e, bg_.loop[d]);
+      c_->f("const int {}{} = {};", prefix, d, bg_.loop[d] > 1 ? e : "0");
+      c_->f("(void){}{};", prefix, d);
+      inner *= bg_.loop[d];
+    }
+  }
+
+  // Start of the tile along tensor dim d: (g * L_d + l) * t_d.
+  std::string tile_start(const std::vector<int>& imap, const std::vector<int>& fmap, int d,
+                         int64_t t, const std::string& loop_prefix) const {
+    std::string gi, li;
+    int64_t L = 1;
+    for (size_t i = 0; i < imap.size(); ++i)
+      if (imap[i] == d && bg_.grid[i] > 1) gi = fmt::format("g{}", i);
+    for (size_t i = 0; i < fmap.size(); ++i)
+      if (fmap[i] == d) {
+        L = bg_.loop[i];
+        if (L > 1) li = fmt::format("{}{}", loop_prefix, i);
+      }
+    std::string e;
+    if (!gi.empty()) e = L == 1 ? gi : fmt::format("{} * {}", gi, L);
+    if (!li.empty()) e = e.empty() ? li : fmt::format("{} + {}", e, li);
+    if (e.empty()) return "";
+    return t == 1 ? fmt::format("(int64_t)({})", e) : fmt::format("(int64_t)({}) * {}", e, t);
+  }
+
+  void declare_loads() {
+    for (size_t i = 0; i < bg_.ops.size(); ++i) {
+      const BlockOp& o = op(i);
+      if (o.kind != OpKind::Input) continue;
+      const TilePlan& t = tp(i);
+      const TensorDesc& td = bg_.inputs[o.io];
+      bool loop = o.stage == Stage::Loop;
+      c_->open(fmt::format("auto load_{} = [&]({}) {{", o.name, loop ? "int it_, int st_" : ""));
+      if (loop) emit_loop_indices("it_", "q");
+      std::vector<int64_t> gs = strides_of(td.shape);
+      std::string off;
+      for (size_t d = 0; d < td.shape.size(); ++d) {
+        std::string st = tile_start(o.imap, o.fmap, static_cast<int>(d), o.shape[d], "q");
+        if (st.empty()) continue;
+        std::string term = gs[d] == 1 ? st : fmt::format("{} * {}", st, gs[d]);
+        off += off.empty() ? term : " + " + term;
+      }
+      if (off.empty()) off = "0";
+      // Rank-4 view of the tile.
+      int r = static_cast<int>(o.shape.size());
+      int64_t E[4], G[3], SS[3];
+      for (int k = 0; k < 4; ++k) {
+        int d = k - (4 - r);
+        E[k] = d >= 0 ? o.shape[d] : 1;
+        if (k < 3) {
+          G[k] = d >= 0 ? gs[d] : 0;
+          SS[k] = d >= 0 ? t.strides[d] : 0;
+        }
+      }
+      int64_t stage_elems = t.bytes / dtype_bytes(td.dtype);
+      c_->f(
+          "kiln::cg::load_tile<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>(s_{}{}, in{} "
+          "+ ({}), tid);",
+          ctype(td.dtype), T_, E[0], E[1], E[2], E[3], G[0], G[1], G[2], SS[0], SS[1], SS[2],
+          t.load_vec, o.name, loop ? fmt::format(" + st_ * {}", stage_elems) : "", o.io, off);
+      c_->close("};");
+    }
+  }
+
+  // ---- values --------------------------------------------------------------------------------
+  struct Ctx {
+    int root = -1;
+    std::string root_val;
+    std::function<std::string(int)> reg;  // slot expression of a register tile
+    Code* body = nullptr;
+  };
+
+  std::string stored_read(int i, const std::vector<std::string>& idx) const {
+    const BlockOp& o = op(i);
+    const TilePlan& t = tp(i);
+    if (o.kind == OpKind::Input) {
+      std::string ptr = (o.stage == Stage::Loop ? "c_" : "s_") + o.name;
+      return fmt::format("kiln::rt::to_f32({}[{}])", ptr, offset_expr(idx, t.strides));
+    }
+    if (t.home == TileHome::Registers)
+      return fmt::format("sp_{}[{}]", o.name, offset_expr(idx, t.spill_strides));
+    return fmt::format("s_{}[{}]", o.name, offset_expr(idx, t.strides));
+  }
+
+  bool is_stored(int i) const {
+    const TilePlan& t = tp(i);
+    return op(i).kind == OpKind::Input || t.home == TileHome::Smem || t.home == TileHome::Global ||
+           (t.home == TileHome::Registers && t.spill);
+  }
+
+  std::string value(int i, const std::vector<std::string>& idx, Ctx& cx) {
+    if (i == cx.root) return cx.root_val;
+    if (is_stored(i)) return stored_read(i, idx);
+    if (tp(i).home == TileHome::Registers) {
+      KILN_ASSERT(cx.reg, "register tile {} read outside its distribution", nm(i));
+      return cx.reg(i);
+    }
+    return compute(i, idx, cx);
+  }
+
+  std::string compute(int i, const std::vector<std::string>& idx, Ctx& cx) {
+    if (i == cx.root) return cx.root_val;
+    const BlockOp& o = op(i);
+    std::string e;
+    switch (cls(i)) {
+      case OpClass::Constant:
+        return flit(o.attrs.value);
+      case OpClass::Unary:
+      case OpClass::Binary: {
+        std::vector<std::string> xs;
+        for (int in : o.inputs)
+          xs.push_back(value(in, bcast_index(op(in).shape, o.shape, idx), cx));
+        e = ew_expr(o.kind, o.attrs, xs);
+        break;
+      }
+      case OpClass::Fused: {
+        std::vector<std::string> xs;
+        for (int in : o.inputs)
+          xs.push_back(value(in, bcast_index(op(in).shape, o.shape, idx), cx));
+        e = fmt::format("fz_{}({})", o.name, fmt::join(xs, ", "));
+        break;
+      }
+      case OpClass::Transpose: {
+        std::vector<std::string> in_idx(idx.size());
+        for (size_t d = 0; d < idx.size(); ++d) in_idx[o.attrs.perm[d]] = idx[d];
+        return value(o.inputs[0], in_idx, cx);
+      }
+      case OpClass::Reduce: {
+        KILN_ASSERT(op(o.inputs[0]).shape[o.attrs.dim] == 1, "reduction {} outside a root", o.name);
+        return value(o.inputs[0], reduce_input_index(i, idx, "0"), cx);
+      }
+      default:
+        KILN_ASSERT(false, "cannot evaluate {} ({}) inline", o.name, op_name(o.kind));
+    }
+    std::string v = tmp();
+    cx.body->f("const float {} = {};", v, e);
+    return v;
+  }
+
+  std::vector<std::string> reduce_input_index(int i, const std::vector<std::string>& idx,
+                                              const std::string& k) const {
+    const BlockOp& o = op(i);
+    std::vector<std::string> in = idx;
+    if (o.attrs.keepdim)
+      in[o.attrs.dim] = k;
+    else
+      in.insert(in.begin() + o.attrs.dim, k);
+    return in;
+  }
+
+  // ---- steps ---------------------------------------------------------------------------------
+  // What a step does with each element's value.
+  using Sink =
+      std::function<void(Ctx&, const std::vector<std::string>& idx, const std::string& slot)>;
+
+  void emit_step(const Step& st) {
+    switch (st.kind) {
+      case StepKind::Load:
+        return;
+      case StepKind::Barrier:
+        c_->line("__syncthreads();");
+        return;
+      case StepKind::Spill:
+        emit_spill(st.op);
+        return;
+      case StepKind::Compute:
+        emit_compute(st.op);
+        return;
+      case StepKind::Accumulate:
+        emit_accumulate(st);
+        return;
+      case StepKind::Save:
+        emit_save(st.op);
+        return;
+    }
+  }
+
+  void emit_compute(int top) {
+    c_->f("// compute {} = {} {}", nm(top), op_name(op(top).kind), shape_str(op(top).shape));
+    const TilePlan& t = tp(top);
+    run_elements(top, t.dist, t.root, false,
+                 [&](Ctx& cx, const std::vector<std::string>& idx, const std::string&) {
+                   std::string v = compute(top, idx, cx);
+                   cx.body->f("s_{}[{}] = {};", nm(top), offset_expr(idx, t.strides), v);
+                 });
+  }
+
+  void emit_accumulate(const Step& st) {
+    int top = st.op >= 0 ? st.op : st.accums[0];
+    std::string names;
+    for (int a : st.accums) names += " " + nm(a);
+    c_->f("// accumulate{}", names);
+    const Distribution& d = st.op >= 0 ? tp(st.op).dist : tp(st.accums[0]).dist;
+    int root = st.op >= 0 ? tp(st.op).root : -1;
+    // accum_sum(matmul) on tensor cores accumulates straight into the accumulator fragments.
+    bool direct = root >= 0 && root == st.op && d.kind == DistKind::Mma && st.accums.size() == 1 &&
+                  op(st.accums[0]).kind == OpKind::AccumSum;
+    if (direct) {
+      mma_block(root, d, "acc_" + nm(st.accums[0]), /*fresh=*/false);
+      return;
+    }
+    run_elements(top, d, root, true,
+                 [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+                   std::string v = st.op >= 0 ? compute(st.op, idx, cx)
+                                              : value(op(st.accums[0]).inputs[0], idx, cx);
+                   for (int a : st.accums) {
+                     const BlockOp& ao = op(a);
+                     std::string acc = fmt::format("acc_{}{}", ao.name, slot);
+                     switch (ao.kind) {
+                       case OpKind::AccumSum:
+                         cx.body->f("{} += {};", acc, v);
+                         break;
+                       case OpKind::AccumMax:
+                         cx.body->f("{0} = fmaxf({0}, {1});", acc, v);
+                         break;
+                       case OpKind::AccumRescale: {
+                         int m = ao.inputs[1];
+                         std::string mv = value(m, bcast_index(op(m).shape, ao.shape, idx), cx);
+                         cx.body->f("kiln::cg::rescale_update({}, accm_{}{}, {}, {});", acc,
+                                    ao.name, slot, v, mv);
+                         break;
+                       }
+                       default:
+                         KILN_ASSERT(false, "{} is not an accumulator", ao.name);
+                     }
+                   }
+                 });
+  }
+
+  void emit_save(int top) {
+    const BlockOp& o = op(top);
+    const TensorDesc& td = bg_.outputs[o.io];
+    c_->f("// save {} -> {} {}", nm(o.inputs[0]), td.name, shape_str(td.shape));
+    const TilePlan& t = tp(top);
+    int R = static_cast<int>(td.shape.size());
+    int r = static_cast<int>(o.shape.size());
+    std::vector<int64_t> gs = strides_of(td.shape);
+    // Block/iteration part of the offset.
+    std::string base;
+    for (int d = 0; d < R; ++d) {
+      int64_t tdim = d < R - r ? 1 : o.shape[d - (R - r)];
+      std::string st = tile_start(o.imap, o.fmap, d, tdim, "l");
+      if (st.empty()) continue;
+      std::string term = gs[d] == 1 ? st : fmt::format("{} * {}", st, gs[d]);
+      base += base.empty() ? term : " + " + term;
+    }
+    if (base.empty()) base = "0";
+    std::vector<int64_t> tile_strides(gs.end() - r, gs.end());
+    c_->open("{");
+    c_->f("{}* const dst = out{} + ({});", ctype(td.dtype), o.io, base);
+    run_elements(top, t.dist, t.root, false,
+                 [&](Ctx& cx, const std::vector<std::string>& idx, const std::string&) {
+                   std::string v = value(o.inputs[0], idx, cx);
+                   cx.body->f("dst[{}] = kiln::rt::from_f32<{}>({});",
+                              offset_expr(idx, tile_strides), ctype(td.dtype), v);
+                 });
+    c_->close();
+  }
+
+  void emit_spill(int a) {
+    const TilePlan& t = tp(a);
+    const Distribution& d = t.dist;
+    c_->f("// spill {} to {}", nm(a), t.spill_global ? "the workspace" : "shared memory");
+    if (d.kind == DistKind::Mma && d.ks > 1) {
+      // Partial sums of the k-split warps add up in the spill buffer.
+      c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", numel(op(a).shape), T_));
+      std::vector<std::string> idx = unravel(*c_, "o", op(a).shape, "z");
+      c_->f("sp_{}[{}] = 0.0f;", nm(a), offset_expr(idx, t.spill_strides));
+      c_->close();
+      c_->line("__syncthreads();");
+    }
+    bool atomic = d.kind == DistKind::Mma && d.ks > 1;
+    run_elements(
+        a, d, -1, true,
+        [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+          std::string dst = fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
+          if (atomic)
+            cx.body->f("atomicAdd(&{}, acc_{}{});", dst, nm(a), slot);
+          else
+            cx.body->f("{} = acc_{}{};", dst, nm(a), slot);
+        },
+        /*spill=*/true);
+  }
+
+  // Loops over the elements of `top` (its shape) in distribution d, computing `root` first when
+  // present, and calls sink with the element's index and register slot.
+  void run_elements(int top, const Distribution& d, int root, bool uses_regs, const Sink& sink,
+                    bool spill = false) {
+    const Shape& shape = op(top).shape;
+    if (d.kind == DistKind::Mma) {
+      run_mma_elements(top, d, root, sink, spill);
+      return;
+    }
+    const int64_t N = numel(shape);
+    const int G = d.group;
+    const int64_t groups = T_ / G;
+    const int64_t slots = cdiv(N, groups);
+    // Register slots must be compile-time: unrolled slot loop; otherwise a strided loop.
+    bool reads_regs = uses_regs || reads_registers(top);
+    bool reduce_root = root >= 0 && cls(root) == OpClass::Reduce;
+    c_->open("{");
+    bool unrolled = reads_regs || G > 1;
+    if (unrolled) {
+      if (slots <= 64) c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int j = 0; j < {}; ++j) {{", slots));
+      c_->f("const int o = j * {} + tid{};", groups, G > 1 ? fmt::format(" / {}", G) : "");
+    } else {
+      c_->line("#pragma unroll 2");
+      c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", N, T_));
+    }
+    std::string valid = unrolled && slots * groups != N ? fmt::format("o < {}", N) : "";
+    Ctx cx;
+    cx.body = c_;
+    if (reads_regs)
+      cx.reg = [&](int i) {
+        (void)i;
+        return std::string("[j]");
+      };
+    std::vector<std::string> idx;
+    if (root >= 0) {
+      std::vector<std::string> ridx = unravel(*c_, "o", op(root).shape, "r");
+      cx.root = root;
+      cx.root_val = tmp();
+      if (reduce_root)
+        emit_reduce_root(root, ridx, G, valid, cx);
+      else
+        emit_fma_root(root, ridx, valid, cx);
+    }
+    std::string guard = valid;
+    if (G > 1)
+      guard = guard.empty() ? fmt::format("tid % {} == 0", G)
+                            : fmt::format("{} && tid % {} == 0", guard, G);
+    if (!guard.empty()) c_->open(fmt::format("if ({}) {{", guard));
+    idx = unravel(*c_, "o", shape, "i");
+    Ctx ex = cx;
+    ex.reg = [&](int i) { return fmt::format("acc_{}[j]", nm(i)); };
+    sink(ex, idx, "[j]");
+    if (!guard.empty()) c_->close();
+    c_->close();
+    c_->close();
+    (void)spill;
+  }
+
+  bool reads_registers(int top) const {
+    std::vector<int> stack{top};
+    std::vector<bool> seen(bg_.ops.size(), false);
+    while (!stack.empty()) {
+      int i = stack.back();
+      stack.pop_back();
+      if (seen[i]) continue;
+      seen[i] = true;
+      for (int in : op(i).inputs) {
+        const TilePlan& t = tp(in);
+        if (t.home == TileHome::Registers && !t.spill) return true;
+        if (t.home == TileHome::Inline || t.home == TileHome::Root) stack.push_back(in);
+      }
+    }
+    return false;
+  }
+
+  void emit_reduce_root(int root, const std::vector<std::string>& ridx, int G,
+                        const std::string& valid, Ctx& cx) {
+    const BlockOp& o = op(root);
+    int in = o.inputs[0];
+    int64_t K = op(in).shape[o.attrs.dim];
+    bool is_max = o.kind == OpKind::Max;
+    const std::string& rv = cx.root_val;
+    c_->f("float {} = {};", rv, is_max ? "-__int_as_float(0x7f800000)" : "0.0f");
+    if (!valid.empty())
+      c_->open(fmt::format("if ({}) {{", valid));
+    else
+      c_->open("{");
+    if (K / G <= 16)
+      c_->line("#pragma unroll");
+    else
+      c_->line("#pragma unroll 4");
+    c_->open(fmt::format("for (int k = {}; k < {}; k += {}) {{",
+                         G > 1 ? fmt::format("tid % {}", G) : "0", K, G));
+    Ctx inner;
+    inner.body = c_;
+    inner.reg = cx.reg;
+    std::string v = value(in, reduce_input_index(root, ridx, "k"), inner);
+    if (is_max)
+      c_->f("{0} = fmaxf({0}, {1});", rv, v);
+    else
+      c_->f("{} += {};", rv, v);
+    c_->close();
+    c_->close();
+    if (G > 1) c_->f("{0} = kiln::cg::group_{1}<{2}>({0});", rv, is_max ? "max" : "sum", G);
+    if (o.kind == OpKind::Mean) c_->f("{0} = {0} / {1};", rv, flit(double(K)));
+  }
+
+  // Matmul operand index: batch dims broadcast from the output's, then the two matrix dims.
+  std::vector<std::string> matmul_operand_index(int operand, const Shape& out,
+                                                const std::vector<std::string>& out_batch,
+                                                const std::string& r, const std::string& c) {
+    const Shape& s = op(operand).shape;
+    Shape sb(s.begin(), s.end() - 2);
+    Shape ob(out.begin(), out.end() - 2);
+    std::vector<std::string> idx = bcast_index(sb, ob, out_batch);
+    idx.push_back(r);
+    idx.push_back(c);
+    return idx;
+  }
+
+  void emit_fma_root(int root, const std::vector<std::string>& ridx, const std::string& valid,
+                     Ctx& cx) {
+    const BlockOp& o = op(root);
+    int a = o.inputs[0], b = o.inputs[1];
+    int64_t K = op(a).shape.back();
+    std::vector<std::string> ob(ridx.begin(), ridx.end() - 2);
+    const std::string& m = ridx[ridx.size() - 2];
+    const std::string& n = ridx.back();
+    const std::string& rv = cx.root_val;
+    c_->f("float {} = 0.0f;", rv);
+    if (!valid.empty())
+      c_->open(fmt::format("if ({}) {{", valid));
+    else
+      c_->open("{");
+    c_->line(K <= 16 ? "#pragma unroll" : "#pragma unroll 4");
+    c_->open(fmt::format("for (int k = 0; k < {}; ++k) {{", K));
+    Ctx inner;
+    inner.body = c_;
+    std::string va = value(a, matmul_operand_index(a, o.shape, ob, m, "k"), inner);
+    std::string vb = value(b, matmul_operand_index(b, o.shape, ob, "k", n), inner);
+    c_->f("{0} = fmaf({1}, {2}, {0});", rv, va, vb);
+    c_->close();
+    c_->close();
+  }
+
+  // ---- tensor cores --------------------------------------------------------------------------
+  struct MmaOperand {
+    int leaf = -1;
+    bool swapped = false;
+  };
+  MmaOperand resolve(int i) const {
+    MmaOperand r;
+    int cur = i;
+    while (tp(cur).home == TileHome::Inline && cls(cur) == OpClass::Transpose) {
+      r.swapped = !r.swapped;
+      cur = op(cur).inputs[0];
+    }
+    r.leaf = cur;
+    return r;
+  }
+
+  // Pointer to batch `bidx` (output batch index vars) of a stored 16-bit leaf.
+  std::string leaf_batch_ptr(const MmaOperand& mo, const Shape& out,
+                             const std::vector<std::string>& out_batch) const {
+    const BlockOp& l = op(mo.leaf);
+    const TilePlan& t = tp(mo.leaf);
+    Shape lb(l.shape.begin(), l.shape.end() - 2);
+    Shape ob(out.begin(), out.end() - 2);
+    std::vector<std::string> bi = bcast_index(lb, ob, out_batch);
+    std::vector<int64_t> bs(t.strides.begin(), t.strides.end() - 2);
+    std::string ptr = (l.stage == Stage::Loop ? "c_" : "s_") + l.name;
+    std::string off = offset_expr(bi, bs);
+    return off == "0" ? ptr : fmt::format("{} + {}", ptr, off);
+  }
+
+  // Emits the mma.sync main loop of matmul `mm` (partition d) into fragments `frag`
+  // (kiln::rt::FragC [bw][mtw][ntw]); declares and zeroes them when fresh.
+  void mma_block(int mm, const Distribution& d, const std::string& frag, bool fresh) {
+    const BlockOp& o = op(mm);
+    const MmaPlan& p = tp(mm).mma;
+    int a = o.inputs[0], b = o.inputs[1];
+    const Shape& out = o.shape;
+    int64_t M = d.m, N = d.n, K = op(a).shape.back();
+    int64_t KST = cdiv(K, 16), kstw = cdiv(KST, d.ks);
+    int64_t MT = cdiv(M, 16), NT = cdiv(N, 8);
+    const char* T = ctype(p.dtype);
+    Shape ob(out.begin(), out.end() - 2);
+    if (fresh) {
+      c_->f("kiln::rt::FragC {}[{}][{}][{}];", frag, d.bw, d.mtw, d.ntw);
+      c_->f(
+          "for (int a_ = 0; a_ < {}; ++a_) for (int b_ = 0; b_ < {}; ++b_) for (int c_ = 0; c_ "
+          "< {}; ++c_) {}[a_][b_][c_].zero();",
+          d.bw, d.mtw, d.ntw, frag);
+    }
+    c_->f("// {} on tensor cores ({}), {}", o.name, T, d.str());
+    c_->open("{");
+    emit_warp_coords(d);
+    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int kk = 0; kk < {}; ++kk) {{", kstw));
+    c_->f("const int k0 = (wk * {} + kk) * 16;", kstw);
+    if (KST % d.ks != 0 || true) c_->open(fmt::format("if (k0 < {}) {{", K));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
+    c_->f("const int b = wb * {} + bi;", d.bw);
+    c_->open(fmt::format("if (b < {}) {{", d.batch));
+    std::vector<std::string> bidx = unravel(*c_, "b", ob, "bb");
+    c_->f("kiln::rt::FragA fa[{}];", d.mtw);
+    c_->f("kiln::rt::FragB fb[{}];", d.ntw);
+    // A fragments.
+    MmaOperand oa = resolve(a), obr = resolve(b);
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
+    c_->f("const int m0 = (wm * {} + i) * 16;", d.mtw);
+    c_->open(fmt::format("if (m0 < {}) {{", M));
+    if (p.a_ldmatrix) {
+      const TilePlan& lt = tp(oa.leaf);
+      int64_t pitch = lt.strides[lt.strides.size() - 2];
+      std::string base = leaf_batch_ptr(oa, out, bidx);
+      if (p.a_trans)
+        c_->f("kiln::cg::load_a_cols<{}>(fa[i], {}, m0, k0, lane);", pitch, base);
+      else
+        c_->f("kiln::cg::load_a_rows<{}, {}>(fa[i], {}, m0, k0, lane);", M, pitch, base);
+    } else {
+      c_->open(
+          fmt::format("kiln::cg::load_a_fn<{}>(fa[i], lane, [&](int r_, int c_) -> float {{", T));
+      c_->f("const int m = m0 + r_, k = k0 + c_;");
+      c_->f("if (m >= {} || k >= {}) return 0.0f;", M, K);
+      Ctx cx;
+      cx.body = c_;
+      std::string v = value(a, matmul_operand_index(a, out, bidx, "m", "k"), cx);
+      c_->f("return {};", v);
+      c_->close("});");
+    }
+    c_->close();
+    c_->close();
+    // B fragments.
+    bool pairs = p.b_ldmatrix && !p.b_nk && d.ntw % 2 == 0 && N % 16 == 0;
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int jn = 0; jn < {}; jn += {}) {{", d.ntw, pairs ? 2 : 1));
+    c_->f("const int n0 = (wn * {} + jn) * 8;", d.ntw);
+    c_->open(fmt::format("if (n0 < {}) {{", N));
+    if (p.b_ldmatrix) {
+      const TilePlan& lt = tp(obr.leaf);
+      int64_t pitch = lt.strides[lt.strides.size() - 2];
+      std::string base = leaf_batch_ptr(obr, out, bidx);
+      if (p.b_nk)
+        c_->f("kiln::cg::load_b_nk1<{}>(fb[jn], {}, k0, n0, lane);", pitch, base);
+      else if (pairs)
+        c_->f("kiln::cg::load_b_kn2<{}>(fb[jn], fb[jn + 1], {}, k0, n0, lane);", pitch, base);
+      else
+        c_->f("kiln::cg::load_b_kn1<{}>(fb[jn], {}, k0, n0, lane);", pitch, base);
+    } else {
+      c_->open(
+          fmt::format("kiln::cg::load_b_fn<{}>(fb[jn], lane, [&](int r_, int c_) -> float {{", T));
+      c_->f("const int k = k0 + r_, n = n0 + c_;");
+      c_->f("if (k >= {} || n >= {}) return 0.0f;", K, N);
+      Ctx cx;
+      cx.body = c_;
+      std::string v = value(b, matmul_operand_index(b, out, bidx, "k", "n"), cx);
+      c_->f("return {};", v);
+      c_->close("});");
+    }
+    c_->close();
+    c_->close();
+    // Products.
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
+    c_->f(
+        "if ((wm * {} + i) < {} && (wn * {} + jn) < {}) kiln::rt::mma_16816<{}>({}[bi][i][jn], "
+        "fa[i], fb[jn]);",
+        d.mtw, MT, d.ntw, NT, T, frag);
+    c_->close();
+    c_->close();
+    c_->close();  // b < batch
+    c_->close();  // bi
+    c_->close();  // k0 < K
+    c_->close();  // kk
+    c_->close();  // warp
+    c_->close();
+  }
+
+  void emit_warp_coords(const Distribution& d) {
+    c_->line("const int warp = tid >> 5, lane = tid & 31;");
+    c_->line("(void)lane;");
+    c_->f("const int wk = warp % {};", d.ks);
+    c_->f("const int wn = (warp / {}) % {};", d.ks, d.wn);
+    c_->f("const int wm = (warp / {}) % {};", d.ks * d.wn, d.wm);
+    c_->f("const int wb = warp / {};", d.ks * d.wn * d.wm);
+    c_->line("(void)wk; (void)wn; (void)wm; (void)wb;");
+  }
+
+  void run_mma_elements(int top, const Distribution& d, int root, const Sink& sink, bool spill) {
+    std::string frag;
+    c_->open("{");
+    if (root >= 0) {
+      frag = "fr";
+      mma_block(root, d, frag, /*fresh=*/true);
+    }
+    emit_warp_coords(d);
+    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
+    c_->line("#pragma unroll");
+    c_->open("for (int q = 0; q < 4; ++q) {");
+    c_->f("const int b = wb * {} + bi;", d.bw);
+    c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + ((q >> 1) << 3);", d.mtw);
+    c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1) + (q & 1);", d.ntw);
+    c_->open(fmt::format("if (b < {} && row < {} && col < {}) {{", d.batch, d.m, d.n));
+    c_->f("const int o = (b * {} + row) * {} + col;", d.m, d.n);
+    std::vector<std::string> idx = unravel(*c_, "o", op(top).shape, "i");
+    Ctx cx;
+    cx.body = c_;
+    if (root >= 0) {
+      cx.root = root;
+      cx.root_val = "fr[bi][i][jn].x[q]";
+    }
+    cx.reg = [&](int i) { return fmt::format("acc_{}[bi][i][jn].x[q]", nm(i)); };
+    sink(cx, idx, "[bi][i][jn].x[q]");
+    c_->close();
+    c_->close();
+    c_->close();
+    c_->close();
+    c_->close();
+    c_->close();
+    c_->close();
+    (void)spill;
+  }
+
+  const KernelGraph& g_;
+  const KernelOp& kop_;
+  const KernelPlan& kp_;
+  const BlockGraph& bg_;
+  const BlockSchedule& bs_;
+  int T_;
+  Code* c_ = nullptr;
+  int tmp_ = 0;
+};
+
+}  // namespace
+
+void emit_block_kernel(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp, Code& out) {
+  BlockEmitter(g, kop, kp).emit(out);
+}
+
+}  // namespace kiln::cgen

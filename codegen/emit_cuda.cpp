@@ -1,0 +1,542 @@
+// The emitter's driver: one standalone .cu per kernel graph. Predefined ops get generic kernels
+// (elementwise with broadcast and 16-byte vectors, gather transposes, row/column reductions,
+// softmax and rms_norm, tensor-core GEMM/GEMV or an FMA matmul); graph-defined ops get the
+// kernel emit_block.cpp writes from their block graph. The launch function places every tensor
+// (arguments, or the workspace for intermediates) and enqueues the kernels in graph order.
+#include <set>
+
+#include "emit_internal.h"
+#include "kiln/ir/diag.h"
+#include "kiln/ir/print.h"
+#include "kiln/version.h"
+
+namespace kiln {
+
+namespace cgen {
+namespace {
+
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+struct GraphCtx {
+  const KernelGraph& g;
+  const Schedule& s;
+  Code kernels;
+  Code launch;
+
+  bool is_const(int t) const {
+    int p = g.producer(t);
+    return p >= 0 && g.ops[p].kind == OpKind::Constant;
+  }
+  double const_value(int t) const { return g.ops[g.producer(t)].attrs.value; }
+  std::string ptr(int t) const { return fmt::format("t{}", t); }
+  const char* ty(int t) const { return ctype(g.tensor(t).dtype); }
+};
+
+// [outer, R, inner] view of a reduction over `dim` of shape x.
+struct RowView {
+  int64_t outer = 1, R = 1, inner = 1;
+};
+RowView row_view(const Shape& x, int dim) {
+  RowView v;
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (d < dim) v.outer *= x[d];
+    if (d == dim) v.R = x[d];
+    if (d > dim) v.inner *= x[d];
+  }
+  return v;
+}
+
+void launch_check(Code& c) {
+  c.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
+}
+
+// Operand expression of a predefined elementwise kernel: a folded constant or a load.
+void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  int64_t N = numel(out.shape);
+  std::vector<std::string> params, args;
+  std::vector<int> loaded;
+  for (size_t j = 0; j < op.inputs.size(); ++j) {
+    int t = op.inputs[j];
+    if (x.is_const(t)) continue;
+    params.push_back(fmt::format("const {}* __restrict__ p{}", x.ty(t), j));
+    args.push_back(x.ptr(t));
+    loaded.push_back(static_cast<int>(j));
+  }
+  params.push_back(fmt::format("{}* __restrict__ y", ctype(out.dtype)));
+  args.push_back(x.ptr(op.outputs[0]));
+  bool vec = kp.strategy.rfind("elementwise v", 0) == 0;
+  for (int j : loaded) vec &= x.g.tensor(op.inputs[j]).dtype == out.dtype;
+  int V = 16 / dtype_bytes(out.dtype);
+  vec &= N % V == 0;
+  Code& c = x.kernels;
+  c.f("// {}: {} {} ({})", kp.kernel, op_name(op.kind), shape_str(out.shape),
+      vec ? "16-byte vectors" : "broadcast");
+  c.open(fmt::format("__global__ void __launch_bounds__(256) {}({}) {{", kp.kernel,
+                     fmt::join(params, ", ")));
+  if (vec) {
+    c.open(
+        fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
+                    "(int64_t)gridDim.x * 256) {{",
+                    N / V));
+    std::vector<std::string> xs;
+    for (size_t j = 0; j < op.inputs.size(); ++j) {
+      int t = op.inputs[j];
+      if (x.is_const(t)) {
+        xs.push_back(flit(x.const_value(t)));
+      } else {
+        c.f("float a{}[{}];", j, V);
+        c.f("kiln::rt::load16_f32(p{} + e * {}, a{});", j, V, j);
+        xs.push_back(fmt::format("a{}[q]", j));
+      }
+    }
+    c.f("float r[{}];", V);
+    c.line("#pragma unroll");
+    c.f("for (int q = 0; q < {}; ++q) r[q] = {};", V, ew_expr(op.kind, op.attrs, xs));
+    c.f("kiln::rt::store16_f32(y + e * {}, r);", V);
+    c.close();
+  } else {
+    c.open(
+        fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
+                    "(int64_t)gridDim.x * 256) {{",
+                    N));
+    std::vector<std::string> idx = unravel(c, "e", out.shape, "i", "int64_t");
+    std::vector<std::string> xs;
+    for (size_t j = 0; j < op.inputs.size(); ++j) {
+      int t = op.inputs[j];
+      if (x.is_const(t)) {
+        xs.push_back(flit(x.const_value(t)));
+        continue;
+      }
+      const Shape& s = x.g.tensor(t).shape;
+      std::string off = offset_expr(bcast_index(s, out.shape, idx), strides_of(s));
+      xs.push_back(fmt::format("kiln::cg::ld(p{} + {})", j, off));
+    }
+    c.f("y[e] = kiln::rt::from_f32<{}>({});", ctype(out.dtype), ew_expr(op.kind, op.attrs, xs));
+    c.close();
+  }
+  c.close();
+  c.line("");
+  x.launch.f("{}<<<{}, 256, 0, stream>>>({});", kp.kernel, kp.grid, fmt::join(args, ", "));
+  launch_check(x.launch);
+}
+
+void emit_transpose(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  const TensorDesc& in = x.g.tensor(op.inputs[0]);
+  Code& c = x.kernels;
+  int64_t N = numel(out.shape);
+  c.f("// {}: transpose {} -> {}", kp.kernel, shape_str(in.shape), shape_str(out.shape));
+  c.open(fmt::format(
+      "__global__ void __launch_bounds__(256) {}(const {}* __restrict__ p0, {}* __restrict__ y) {{",
+      kp.kernel, ctype(in.dtype), ctype(out.dtype)));
+  c.open(
+      fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
+                  "(int64_t)gridDim.x * 256) {{",
+                  N));
+  std::vector<std::string> idx = unravel(c, "e", out.shape, "i", "int64_t");
+  std::vector<std::string> in_idx(idx.size());
+  for (size_t d = 0; d < idx.size(); ++d) in_idx[op.attrs.perm[d]] = idx[d];
+  c.f("y[e] = kiln::rt::from_f32<{}>(kiln::cg::ld(p0 + {}));", ctype(out.dtype),
+      offset_expr(in_idx, strides_of(in.shape)));
+  c.close();
+  c.close();
+  c.line("");
+  if (x.is_const(op.inputs[0])) KILN_ASSERT(false, "transpose of a scalar constant");
+  x.launch.f("{}<<<{}, 256, 0, stream>>>({}, {});", kp.kernel, kp.grid, x.ptr(op.inputs[0]),
+             x.ptr(op.outputs[0]));
+  launch_check(x.launch);
+}
+
+// Reductions, softmax and rms_norm share the row structure: a warp or a block per row when the
+// reduced dim is innermost, else a thread per column.
+void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const OpClass cls = op_info(op.kind).cls;
+  const TensorDesc& in = x.g.tensor(op.inputs[0]);
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  int dim = cls == OpClass::RmsNorm ? static_cast<int>(in.shape.size()) - 1
+                                    : static_cast<int>(op.attrs.dim);
+  RowView v = row_view(in.shape, dim);
+  int64_t rows = v.outer * v.inner;
+  bool has_w = cls == OpClass::RmsNorm && op.inputs.size() == 2;
+  KILN_ASSERT(!x.is_const(op.inputs[0]), "{} of a constant", op_name(op.kind));
+  Code& c = x.kernels;
+  std::string params = fmt::format("const {}* __restrict__ p0, {}* __restrict__ y", ctype(in.dtype),
+                                   ctype(out.dtype));
+  std::string args = fmt::format("{}, {}", x.ptr(op.inputs[0]), x.ptr(op.outputs[0]));
+  std::string wexpr = "1.0f";
+  if (has_w) {
+    int w = op.inputs[1];
+    if (x.is_const(w)) {
+      wexpr = flit(x.const_value(w));
+    } else {
+      params += fmt::format(", const {}* __restrict__ pw", x.ty(w));
+      args += ", " + x.ptr(w);
+      wexpr = "kiln::cg::ld(pw + k)";
+    }
+  }
+  const char* TO = ctype(out.dtype);
+  bool is_max = op.kind == OpKind::Max;
+  std::string init = is_max ? "-__int_as_float(0x7f800000)" : "0.0f";
+  c.f("// {}: {} over dim {} of {} ({})", kp.kernel, op_name(op.kind), dim, shape_str(in.shape),
+      kp.strategy);
+  int threads = kp.threads;
+  c.open(
+      fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", threads, kp.kernel, params));
+  std::string R = std::to_string(v.R);
+  if (v.inner == 1) {
+    bool block = kp.strategy == "row per block";
+    std::string lanes = block ? std::to_string(threads) : "32";
+    if (block) {
+      c.line("__shared__ float scratch[32];");
+      c.line("const int64_t row = blockIdx.x;");
+      c.line("const int lane = threadIdx.x;");
+    } else {
+      c.f("const int64_t row = (int64_t)blockIdx.x * {} + (threadIdx.x >> 5);", threads / 32);
+      c.line("const int lane = threadIdx.x & 31;");
+      c.f("if (row >= {}) return;", rows);
+    }
+    c.f("const {}* xr = p0 + row * {};", ctype(in.dtype), v.R);
+    auto reduce = [&](const std::string& var, bool mx) {
+      if (block)
+        c.f("{0} = kiln::rt::block_reduce({0}, kiln::rt::{1}(), scratch);", var,
+            mx ? "MaxOp" : "SumOp");
+      else
+        c.f("{0} = kiln::rt::warp_reduce<32>({0}, kiln::rt::{1}());", var, mx ? "MaxOp" : "SumOp");
+    };
+    switch (cls) {
+      case OpClass::Reduce:
+        c.f("float acc = {};", init);
+        c.f("for (int k = lane; k < {}; k += {}) acc = {};", R, lanes,
+            is_max ? "fmaxf(acc, kiln::cg::ld(xr + k))" : "acc + kiln::cg::ld(xr + k)");
+        reduce("acc", is_max);
+        if (op.kind == OpKind::Mean) c.f("acc = acc / {};", flit(double(v.R)));
+        c.f("if (lane == 0) y[row] = kiln::rt::from_f32<{}>(acc);", TO);
+        break;
+      case OpClass::Softmax:
+        c.line("float m = -__int_as_float(0x7f800000);");
+        c.f("for (int k = lane; k < {}; k += {}) m = fmaxf(m, kiln::cg::ld(xr + k));", R, lanes);
+        reduce("m", true);
+        c.line("float s = 0.0f;");
+        c.f("for (int k = lane; k < {}; k += {}) s += expf(kiln::cg::ld(xr + k) - m);", R, lanes);
+        reduce("s", false);
+        c.line("const float inv = 1.0f / s;");
+        c.f("for (int k = lane; k < {}; k += {}) y[row * {} + k] = "
+            "kiln::rt::from_f32<{}>(expf(kiln::cg::ld(xr + k) - m) * inv);",
+            R, lanes, v.R, TO);
+        break;
+      case OpClass::RmsNorm:
+        c.line("float ss = 0.0f;");
+        c.f("for (int k = lane; k < {}; k += {}) {{ const float t = kiln::cg::ld(xr + k); ss += t "
+            "* t; }}",
+            R, lanes);
+        reduce("ss", false);
+        c.f("const float r = 1.0f / sqrtf(ss / {} + {});", flit(double(v.R)), flit(op.attrs.eps));
+        c.f("for (int k = lane; k < {}; k += {}) y[row * {} + k] = "
+            "kiln::rt::from_f32<{}>(kiln::cg::ld(xr + k) * r * {});",
+            R, lanes, v.R, TO, wexpr);
+        break;
+      default:
+        KILN_ASSERT(false, "not a row op");
+    }
+  } else {
+    // A thread per (outer, inner) column.
+    c.f("const int64_t col = (int64_t)blockIdx.x * {} + threadIdx.x;", threads);
+    c.f("if (col >= {}) return;", rows);
+    c.f("const int64_t ou = col / {}, in = col % {};", v.inner, v.inner);
+    c.f("const {}* xp = p0 + ou * {} + in;", ctype(in.dtype), v.R * v.inner);
+    std::string at = fmt::format("kiln::cg::ld(xp + (int64_t)k * {})", v.inner);
+    switch (cls) {
+      case OpClass::Reduce:
+        c.f("float acc = {};", init);
+        c.f("for (int k = 0; k < {}; ++k) acc = {};", R,
+            is_max ? "fmaxf(acc, " + at + ")" : "acc + " + at);
+        if (op.kind == OpKind::Mean) c.f("acc = acc / {};", flit(double(v.R)));
+        c.f("y[col] = kiln::rt::from_f32<{}>(acc);", TO);
+        break;
+      case OpClass::Softmax:
+        c.line("float m = -__int_as_float(0x7f800000);");
+        c.f("for (int k = 0; k < {}; ++k) m = fmaxf(m, {});", R, at);
+        c.line("float s = 0.0f;");
+        c.f("for (int k = 0; k < {}; ++k) s += expf({} - m);", R, at);
+        c.line("const float inv = 1.0f / s;");
+        c.f("for (int k = 0; k < {}; ++k) y[ou * {} + (int64_t)k * {} + in] = "
+            "kiln::rt::from_f32<{}>(expf({} - m) * inv);",
+            R, v.R * v.inner, v.inner, TO, at);
+        break;
+      default:
+        KILN_ASSERT(false, "rms_norm reduces the innermost dim");
+    }
+  }
+  c.close();
+  c.line("");
+  x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, kp.grid, threads, args);
+  launch_check(x.launch);
+}
+
+void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const TensorDesc& a = x.g.tensor(op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(op.inputs[1]);
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
+  // Batch dims of the output (at most 2 for rank 4), and each operand's broadcast strides.
+  Shape ob(out.shape.begin(), out.shape.end() - 2);
+  while (ob.size() < 2) ob.insert(ob.begin(), 1);
+  auto bstrides = [&](const TensorDesc& t) {
+    Shape tb(t.shape.begin(), t.shape.end() - 2);
+    std::vector<int64_t> st = strides_of(t.shape);
+    std::vector<int64_t> r(2, 0);
+    for (size_t k = 0; k < tb.size(); ++k) {
+      size_t od = k + (2 - tb.size());
+      if (tb[k] != 1) r[od] = st[k];
+    }
+    return r;
+  };
+  std::vector<int64_t> as = bstrides(a), bs = bstrides(b);
+  const char* TA = ctype(a.dtype);
+  const char* TO = ctype(out.dtype);
+  Code& L = x.launch;
+  x.kernels.f("// {}: matmul [{}] x {} x {} x {} ({})", kp.kernel, ob[0] * ob[1], M, N, K,
+              kp.strategy);
+  x.kernels.line("");
+  L.open("{");
+  if (kp.strategy == "gemv") {
+    int mt = static_cast<int>(cdiv(M, 8));
+    if (kp.splits > 1) {
+      int64_t col_blocks = cdiv(N, 128);
+      L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
+      L.f("int* counters = reinterpret_cast<int*>(ws + {});",
+          kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);
+      L.f("if ((err = cudaMemsetAsync(counters, 0, {}, stream)) != cudaSuccess) return err;",
+          col_blocks * 4);
+    } else {
+      L.line("float* gw = nullptr;");
+      L.line("int* counters = nullptr;");
+    }
+    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, 2, 4, 4>({}, {}, {}, {}, {}, {}, {}, {}, {}, "
+        "{}, {}, gw, counters, stream);",
+        TA, TO, mt, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
+        x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
+    L.line("if (err != cudaSuccess) return err;");
+  } else if (kp.strategy.rfind("gemm_tc", 0) == 0) {
+    bool small = kp.strategy.find("64x128") != std::string::npos;
+    std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", TA)
+                            : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", TA);
+    int bm = small ? 64 : 128;
+    L.f("using Cfg = {};", cfg);
+    L.f("auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", TO);
+    L.f("static bool attr_set = false;");
+    L.open("if (!attr_set) {");
+    L.line(
+        "if ((err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+        "Cfg::kSmemBytes)) != cudaSuccess) return err;");
+    L.line("attr_set = true;");
+    L.close();
+    L.f("kern<<<dim3({}, {}, {}), Cfg::kThreads, Cfg::kSmemBytes, stream>>>({}, {}, {}, {}, {}, "
+        "{}, {}, {}ll, {}ll, {}ll, {}ll);",
+        cdiv(N, 128), cdiv(M, bm), ob[0] * ob[1], x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
+        x.ptr(op.outputs[0]), M, N, K, ob[1], as[0], as[1], bs[0], bs[1]);
+    launch_check(L);
+  } else {
+    L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
+        "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",
+        TA, ctype(b.dtype), TO, cdiv(N, 32), cdiv(M, 32), ob[0] * ob[1], x.ptr(op.inputs[0]),
+        x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), M, N, K, ob[1], as[0], as[1], bs[0], bs[1]);
+    launch_check(L);
+  }
+  L.close();
+}
+
+void emit_graph_defined(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  emit_block_kernel(x.g, op, kp, x.kernels);
+  const BlockGraph& bg = *op.block;
+  std::vector<std::string> args;
+  for (int t : op.inputs) args.push_back(x.ptr(t));
+  for (int t : op.outputs) args.push_back(x.ptr(t));
+  if (kp.block->global_bytes_per_block > 0)
+    args.push_back(fmt::format("reinterpret_cast<float*>(ws + {})", x.s.block_scratch_offset));
+  int64_t g[3] = {1, 1, 1};
+  for (size_t d = 0; d < bg.grid.size(); ++d) g[d] = bg.grid[d];
+  Code& L = x.launch;
+  L.open("{");
+  if (kp.block->smem_bytes > 48 * 1024) {
+    L.line("static bool attr_set = false;");
+    L.open("if (!attr_set) {");
+    L.f("if ((err = cudaFuncSetAttribute({}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+        "kSmem_{})) != cudaSuccess) return err;",
+        kp.kernel, kp.kernel);
+    L.line("attr_set = true;");
+    L.close();
+  }
+  L.f("{}<<<dim3({}, {}, {}), {}, kSmem_{}, stream>>>({});", kp.kernel, g[0], g[1], g[2],
+      bg.block_threads, kp.kernel, fmt::join(args, ", "));
+  launch_check(L);
+  L.close();
+}
+
+}  // namespace
+
+void emit_graph_body(const KernelGraph& g, const Schedule& s, Code& out) {
+  GraphCtx x{g, s, {}, {}};
+  x.launch.set_indent(1);
+  for (const KernelPlan& kp : s.kernels) {
+    const KernelOp& op = g.ops[kp.op];
+    switch (op_info(op.kind).cls) {
+      case OpClass::Constant:
+        if (kp.strategy == "fill") {
+          x.launch.f("kiln::cg::fill_scalar_kernel<<<1, 1, 0, stream>>>({}, {});",
+                     x.ptr(op.outputs[0]), flit(op.attrs.value));
+          launch_check(x.launch);
+        }
+        break;
+      case OpClass::Binary:
+      case OpClass::Unary:
+        emit_elementwise(x, op, kp);
+        break;
+      case OpClass::Transpose:
+        emit_transpose(x, op, kp);
+        break;
+      case OpClass::Reduce:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+        emit_rowwise(x, op, kp);
+        break;
+      case OpClass::Matmul:
+        emit_matmul(x, op, kp);
+        break;
+      case OpClass::GraphDefined:
+        emit_graph_defined(x, op, kp);
+        break;
+      default:
+        KILN_ASSERT(false, "no kernel for {}", op_name(op.kind));
+    }
+  }
+  const std::string ns = "kiln_gen_" + g.name;
+  out.f("namespace {} {{", ns);
+  out.line("");
+  out.append(x.kernels);
+  out.f("}}  // namespace {}", ns);
+  out.line("");
+  out.f("extern \"C\" size_t kiln_{}_workspace_bytes(void) {{ return {}; }}", g.name,
+        s.workspace_bytes);
+  out.line("");
+  std::vector<std::string> params;
+  for (size_t i = 0; i < g.inputs.size(); ++i) params.push_back(fmt::format("const void* in{}", i));
+  for (size_t i = 0; i < g.outputs.size(); ++i) params.push_back(fmt::format("void* out{}", i));
+  params.push_back("void* workspace");
+  params.push_back("cudaStream_t stream");
+  out.open(fmt::format("extern \"C\" cudaError_t kiln_{}({}) {{", g.name, fmt::join(params, ", ")));
+  out.f("using namespace {};", ns);
+  out.line("cudaError_t err = cudaSuccess;");
+  out.line("unsigned char* const ws = static_cast<unsigned char*>(workspace);");
+  out.line("(void)ws;");
+  // Tensor placement.
+  std::set<int> placed;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    int t = g.inputs[i];
+    if (placed.insert(t).second)
+      out.f("const {0}* const t{1} = static_cast<const {0}*>(in{2});", x.ty(t), t, i);
+  }
+  std::vector<std::string> copies;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    int t = g.outputs[i];
+    int64_t bytes = numel(g.tensor(t).shape) * dtype_bytes(g.tensor(t).dtype);
+    if (placed.insert(t).second) {
+      out.f("{0}* const t{1} = static_cast<{0}*>(out{2});", x.ty(t), t, i);
+    } else {
+      copies.push_back(fmt::format(
+          "if ((err = cudaMemcpyAsync(out{}, t{}, {}, cudaMemcpyDeviceToDevice, stream)) != "
+          "cudaSuccess) return err;",
+          i, t, bytes));
+    }
+  }
+  for (size_t t = 0; t < g.tensors.size(); ++t)
+    if (s.tensor_offset[t] >= 0 && placed.insert(static_cast<int>(t)).second)
+      out.f("{0}* const t{1} = reinterpret_cast<{0}*>(ws + {2});", x.ty(static_cast<int>(t)), t,
+            s.tensor_offset[t]);
+  out.append(x.launch);
+  for (const std::string& c : copies) out.line(c);
+  out.line("return cudaSuccess;");
+  out.close();
+}
+
+}  // namespace cgen
+
+namespace {
+
+std::string comment_block(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string l = text.substr(start, end - start);
+    out += l.empty() ? "//\n" : "//   " + l + "\n";
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string nvcc_command(const std::string& cu_path, const std::string& out, Arch arch,
+                         bool both_archs) {
+  bool object = out.size() > 2 && out.substr(out.size() - 2) == ".o";
+  std::string gen = arch == Arch::Sm80 ? "-gencode=arch=compute_80,code=sm_80"
+                                       : "-gencode=arch=compute_90a,code=sm_90a";
+  if (both_archs && object)
+    gen = "-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80";
+  return fmt::format("nvcc -O3 -std=c++17 {} {}{} -o {}", gen, object ? "-c " : "", cu_path, out);
+}
+
+std::string emit_cuda(const KernelGraph& g, const EmitOptions& opt) {
+  Schedule s = plan_schedule(g, target_for(opt.arch));
+  return emit_cuda(g, s, opt);
+}
+
+std::string emit_cuda(const KernelGraph& g, const Schedule& s, const EmitOptions& opt) {
+  cgen::Code out;
+  std::string file = "kiln_" + g.name + ".cu";
+  out.raw(fmt::format("// {}: generated by Kiln {} for {} (the file also builds for sm_80).\n",
+                      file, KILN_VERSION, target_for(opt.arch).name));
+  if (!opt.source.empty()) out.raw(fmt::format("// Source: {}\n", opt.source));
+  out.raw(fmt::format("// Verdict: {}\n", opt.verdict.empty() ? "(none given)" : opt.verdict));
+  out.raw("// Build:\n//   " + nvcc_command(file, "kiln_" + g.name + ".o", opt.arch) + "\n");
+  std::vector<std::string> ins, outs;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const TensorDesc& t = g.tensor(g.inputs[i]);
+    ins.push_back(fmt::format("{} {}{}", t.name, dtype_name(t.dtype), shape_str(t.shape)));
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const TensorDesc& t = g.tensor(g.outputs[i]);
+    outs.push_back(fmt::format("{} {}{}", t.name, dtype_name(t.dtype), shape_str(t.shape)));
+  }
+  out.raw(
+      fmt::format("// ABI:\n"
+                  "//   extern \"C\" size_t kiln_{0}_workspace_bytes(void);  // {1} bytes\n"
+                  "//   extern \"C\" cudaError_t kiln_{0}(inputs..., outputs..., void* workspace, "
+                  "cudaStream_t stream);\n"
+                  "//   inputs:  {2}\n"
+                  "//   outputs: {3}\n"
+                  "//   Device pointers, 16-byte aligned, dense row-major. Enqueues on `stream` "
+                  "only (CUDA-graph\n"
+                  "//   capturable); returns the first launch error.\n",
+                  g.name, s.workspace_bytes, fmt::join(ins, ", "), fmt::join(outs, ", ")));
+  if (opt.include_listing) {
+    out.raw("//\n// μGraph:\n");
+    out.raw(comment_block(to_text(g)));
+    out.raw("//\n// Schedule:\n");
+    out.raw(comment_block(schedule_to_text(g, s)));
+  }
+  out.raw(
+      "\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+      "#include <stddef.h>\n#include <stdint.h>\n\n");
+  out.raw(device_library_text());
+  out.raw("\n// ==== generated kernels " + std::string(70, '=') + "\n\n");
+  cgen::emit_graph_body(g, s, out);
+  return out.str();
+}
+
+}  // namespace kiln

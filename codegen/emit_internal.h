@@ -1,0 +1,28 @@
+// Declarations shared by the emitter's translation units.
+#pragma once
+
+#include "emit_util.h"
+#include "kiln/codegen/emit.h"
+#include "kiln/codegen/schedule.h"
+
+namespace kiln::cgen {
+
+// Appends the __global__ kernel of a graph-defined op to `out`.
+void emit_block_kernel(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp, Code& out);
+
+// Appends the kernels of every op of g and the extern "C" launch functions (the body of an
+// emitted .cu after the device library). `ns` names the namespace the kernels live in.
+void emit_graph_body(const KernelGraph& g, const Schedule& s, Code& out);
+
+// The float64 reference of spec graph g: kernels in namespace kiln_ref and
+//   static cudaError_t kiln_ref_run(const double* const* in, double* const* out, double* ws,
+//                                   cudaStream_t)
+// plus `static size_t kiln_ref_workspace_doubles()`.
+void emit_reference(const KernelGraph& spec, Code& out);
+
+}  // namespace kiln::cgen
+
+namespace kiln {
+// Text of codegen/kiln_rng.h (the seeded generator), for the harness.
+const std::string& rng_text();
+}  // namespace kiln

@@ -1,0 +1,300 @@
+// Kiln codegen device library: the pieces generated kernels need on top of runtime/ (generic
+// N-d tile copies with any stride, fragment loads through element functors, tile stores with
+// dtype conversion, group reductions, batched tensor-core GEMM and the generic predefined-op
+// kernels). The emitter inlines this file's text after the runtime's, so it must compile as is,
+// with nothing but the CUDA toolkit and the runtime above it.
+//
+// Everything here is a template over compile-time shapes: the emitter knows every extent and
+// stride, so index arithmetic folds into constants and shifts. Synchronization is always the
+// caller's (no function here has a barrier unless its comment says so).
+#ifndef KILN_CG_CUH
+#define KILN_CG_CUH
+
+#include <stdint.h>
+
+namespace kiln {
+namespace cg {
+
+using rt::FragA;
+using rt::FragB;
+using rt::FragC;
+
+// ---- Loads and stores of single elements ----------------------------------------------------
+
+template <typename T>
+KILN_DEV float ld(const T* p) {
+  return rt::to_f32(*p);
+}
+
+// cp.async of 4 or 8 bytes (the .ca form; .cg only takes 16).
+template <int BYTES>
+KILN_DEV void cp_async_small(uint32_t saddr, const void* gptr) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(saddr), "l"(gptr), "n"(BYTES)
+               : "memory");
+}
+
+// ---- Tile copies -------------------------------------------------------------------------------
+//
+// A tile of up to 4 dims [E0, E1, E2, E3] (leading extents 1 for lower ranks), dim 3 contiguous
+// in both memories. Global strides G0..G2 and shared strides S0..S2 are in elements. The tile is
+// cut into chunks of VEC elements along dim 3 (E3 % VEC == 0); with VEC * sizeof(T) of 4, 8 or
+// 16 bytes the chunks are cp.async copies (the caller commits and waits), otherwise plain
+// element copies through registers. Thread tid of NT takes chunks tid, tid + NT, ...
+
+template <typename T, int NT, int E0, int E1, int E2, int E3, int64_t G0, int64_t G1, int64_t G2,
+          int S0, int S1, int S2, int VEC>
+KILN_DEV void load_tile(T* dst, const T* __restrict__ src, int tid) {
+  constexpr int CPR = E3 / VEC;
+  constexpr int N = E0 * E1 * E2 * CPR;
+  constexpr int ITERS = (N + NT - 1) / NT;
+  constexpr int BYTES = VEC * int(sizeof(T));
+  static_assert(E3 % VEC == 0, "chunks divide the row");
+  auto one = [&](int c) {
+    const int cc = c % CPR;
+    int r = c / CPR;
+    const int i2 = r % E2;
+    r /= E2;
+    const int i1 = r % E1;
+    const int i0 = r / E1;
+    const T* s = src + i0 * G0 + i1 * G1 + i2 * G2 + cc * VEC;
+    T* d = dst + i0 * S0 + i1 * S1 + i2 * S2 + cc * VEC;
+    if constexpr (BYTES == 16) {
+      rt::cp_async_16(rt::smem_u32(d), s, 16);
+    } else if constexpr (BYTES == 8 || BYTES == 4) {
+      cp_async_small<BYTES>(rt::smem_u32(d), s);
+    } else {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) d[v] = s[v];
+    }
+  };
+  if constexpr (ITERS <= 16) {
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = tid + it * NT;
+      if (N % NT == 0 || c < N) one(c);
+    }
+  } else {
+#pragma unroll 4
+    for (int c = tid; c < N; c += NT) one(c);
+  }
+}
+
+// Writes a float32 shared tile (strides S0..S2, dim 3 contiguous) to global memory of type T
+// (strides G0..G2, dim 3 contiguous), VEC elements per thread and store: VEC = 16 / sizeof(T)
+// gives one 16-byte store (needs 16-byte aligned rows in global and S* % 4 == 0), VEC = 1 scalar.
+template <typename T, int NT, int E0, int E1, int E2, int E3, int64_t G0, int64_t G1, int64_t G2,
+          int S0, int S1, int S2, int VEC>
+KILN_DEV void store_tile(T* __restrict__ dst, const float* src, int tid) {
+  constexpr int CPR = E3 / VEC;
+  constexpr int N = E0 * E1 * E2 * CPR;
+  static_assert(E3 % VEC == 0, "chunks divide the row");
+#pragma unroll 4
+  for (int c = tid; c < N; c += NT) {
+    const int cc = c % CPR;
+    int r = c / CPR;
+    const int i2 = r % E2;
+    r /= E2;
+    const int i1 = r % E1;
+    const int i0 = r / E1;
+    const float* s = src + i0 * S0 + i1 * S1 + i2 * S2 + cc * VEC;
+    T* d = dst + i0 * G0 + i1 * G1 + i2 * G2 + cc * VEC;
+    if constexpr (VEC * int(sizeof(T)) == 16) {
+      float v[VEC];
+#pragma unroll
+      for (int q = 0; q < VEC; q += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(s + q);
+        v[q] = f.x, v[q + 1] = f.y, v[q + 2] = f.z, v[q + 3] = f.w;
+      }
+      rt::store16_f32(d, v);
+    } else {
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) d[q] = rt::from_f32<T>(s[q]);
+    }
+  }
+}
+
+// ---- Reductions over groups of lanes --------------------------------------------------------
+
+template <int G>
+KILN_DEV float group_sum(float v) {
+  if constexpr (G == 1) {
+    return v;
+  } else {
+    return rt::warp_reduce<G>(v, rt::SumOp());
+  }
+}
+template <int G>
+KILN_DEV float group_max(float v) {
+  if constexpr (G == 1) {
+    return v;
+  } else {
+    return rt::warp_reduce<G>(v, rt::MaxOp());
+  }
+}
+
+// ---- Accumulator updates ------------------------------------------------------------------------
+
+// accum_rescale: S' = S exp(M - M') + v exp(m - M') with M' = max(M, m).
+KILN_DEV void rescale_update(float& s, float& run_max, float v, float m) {
+  float a, b;
+  rt::online_rescale(run_max, m, a, b);
+  s = s * a + v * b;
+}
+
+// ---- mma.sync fragments -------------------------------------------------------------------------
+//
+// The fragment layouts are those of runtime/mma.cuh (g = lane / 4, t = lane % 4):
+//   A (16 x 16): x[0] = A[g][2t..], x[1] = A[g+8][2t..], x[2] = A[g][2t+8..], x[3] = A[g+8][2t+8..]
+//   B (16 x 8):  x[0] = B[2t..][g], x[1] = B[2t+8..][g]
+//   C (16 x 8):  x[i] = C[g + 8 (i / 2)][2t + i % 2]
+
+// A fragment from any element source: f(r, c) returns A[m0 + r][k0 + c] as float (the functor
+// does its own bounds checks and returns 0 outside).
+template <typename T, class F>
+KILN_DEV void load_a_fn(FragA& a, int lane, F&& f) {
+  const int g = lane >> 2, t = lane & 3;
+  a.x[0] = rt::pack2<T>(f(g, 2 * t), f(g, 2 * t + 1));
+  a.x[1] = rt::pack2<T>(f(g + 8, 2 * t), f(g + 8, 2 * t + 1));
+  a.x[2] = rt::pack2<T>(f(g, 2 * t + 8), f(g, 2 * t + 9));
+  a.x[3] = rt::pack2<T>(f(g + 8, 2 * t + 8), f(g + 8, 2 * t + 9));
+}
+// B fragment: f(k, n) returns B[k0 + k][n0 + n].
+template <typename T, class F>
+KILN_DEV void load_b_fn(FragB& b, int lane, F&& f) {
+  const int g = lane >> 2, t = lane & 3;
+  b.x[0] = rt::pack2<T>(f(2 * t, g), f(2 * t + 1, g));
+  b.x[1] = rt::pack2<T>(f(2 * t + 8, g), f(2 * t + 9, g));
+}
+
+// A fragment with ldmatrix from a row-major M x K 16-bit tile (row pitch LDA elements, 16-byte
+// aligned rows, k0 % 8 == 0). Rows past M re-read row M - 1: they only feed accumulator rows
+// that are never stored.
+template <int M, int LDA, typename T>
+KILN_DEV void load_a_rows(FragA& a, const T* A, int m0, int k0, int lane) {
+  int r = m0 + (lane & 15);
+  r = r < M ? r : M - 1;
+  rt::ldmatrix_x4(a.x, rt::smem_u32(A + r * LDA + k0 + ((lane >> 4) << 3)));
+}
+// A fragment with ldmatrix.trans from A stored transposed: At is K x M row-major (pitch LDT),
+// M % 16 == 0.
+template <int LDT, typename T>
+KILN_DEV void load_a_cols(FragA& a, const T* At, int m0, int k0, int lane) {
+  // Matrix q = lane / 8: q & 1 selects rows m0 + 8, q >> 1 selects k0 + 8.
+  const int q = lane >> 3, r = lane & 7;
+  rt::ldmatrix_x4_trans(a.x,
+                        rt::smem_u32(At + (k0 + ((q >> 1) << 3) + r) * LDT + m0 + ((q & 1) << 3)));
+}
+// One B fragment (16 x 8) from B stored K x N row-major (pitch LDB): ldmatrix.x2.trans.
+template <int LDB, typename T>
+KILN_DEV void load_b_kn1(FragB& b, const T* B, int k0, int n0, int lane) {
+  rt::ldmatrix_x2_trans(b.x, rt::smem_u32(B + (k0 + (lane & 15)) * LDB + n0));
+}
+// Two B fragments (n0 and n0 + 8) from K x N row-major: ldmatrix.x4.trans.
+template <int LDB, typename T>
+KILN_DEV void load_b_kn2(FragB& b0, FragB& b1, const T* B, int k0, int n0, int lane) {
+  uint32_t r[4];
+  rt::ldmatrix_x4_trans(r, rt::smem_u32(B + (k0 + (lane & 15)) * LDB + n0 + ((lane >> 4) << 3)));
+  b0.x[0] = r[0], b0.x[1] = r[1], b1.x[0] = r[2], b1.x[1] = r[3];
+}
+// One B fragment from B stored transposed (Bt is N x K row-major, pitch LDT): ldmatrix.x2.
+template <int LDT, typename T>
+KILN_DEV void load_b_nk1(FragB& b, const T* Bt, int k0, int n0, int lane) {
+  rt::ldmatrix_x2(b.x, rt::smem_u32(Bt + (n0 + (lane & 7)) * LDT + k0 + (((lane >> 3) & 1) << 3)));
+}
+
+// ---- Predefined-op kernels ------------------------------------------------------------------
+//
+// Shapes of predefined ops are passed as Shape4 (rank <= 4, leading extents 1). Broadcast reads
+// use per-operand strides with 0 on broadcast dims.
+
+struct Idx4 {
+  int64_t i[4];
+};
+KILN_HD Idx4 unravel4(int64_t e, int64_t d1, int64_t d2, int64_t d3) {
+  Idx4 r;
+  r.i[3] = e % d3;
+  e /= d3;
+  r.i[2] = e % d2;
+  e /= d2;
+  r.i[1] = e % d1;
+  r.i[0] = e / d1;
+  return r;
+}
+
+// C[b][M][N] = A[b][M][K] * B[b][K][N] on tensor cores, with up to two batch dims that may
+// broadcast: batch index b = (b0, b1) over extents (NB0, NB1), and operand X's batch offset is
+// b0 * X_s0 + b1 * X_s1 (0 strides broadcast). grid = (ceil(N / BN), ceil(M / BM), NB0 * NB1).
+template <class Cfg, typename TO>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    gemm_batched_kernel(const typename Cfg::Elem* __restrict__ A,
+                        const typename Cfg::Elem* __restrict__ B, TO* __restrict__ C, int M, int N,
+                        int K, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0, int64_t b_s1) {
+  extern __shared__ __align__(128) char gemm_smem[];
+  using T = typename Cfg::Elem;
+  const int bz = blockIdx.z, b0 = bz / NB1, b1 = bz % NB1;
+  const T* Ab = A + b0 * a_s0 + b1 * a_s1;
+  const T* Bb = B + b0 * b_s0 + b1 * b_s1;
+  TO* Cb = C + int64_t(bz) * M * N;
+  const int m0 = blockIdx.y * Cfg::kBM, n0 = blockIdx.x * Cfg::kBN;
+  FragC acc[Cfg::kMI][Cfg::kNI];
+#pragma unroll
+  for (int i = 0; i < Cfg::kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kNI; ++j) acc[i][j].zero();
+  const rt::GmemView<const T> a{Ab + int64_t(m0) * K, M - m0, K, K};
+  const rt::GmemView<const T> b{Bb + n0, K, N - n0, N};
+  rt::gemm_mainloop<Cfg>(acc, a, b, K, gemm_smem);
+  const int warp = threadIdx.x >> 5;
+  const int r0 = (warp / Cfg::kWarpsN) * Cfg::kWarpM, c0 = (warp % Cfg::kWarpsN) * Cfg::kWarpN;
+  const rt::GmemView<TO> c{Cb + int64_t(m0) * N + n0, M - m0, N - n0, N};
+  rt::store_acc(c, acc, r0, c0, threadIdx.x & 31, [](float v, int, int) { return v; });
+}
+
+// Generic FMA matmul for any dtypes and shapes: 32 x 32 output tiles, 256 threads, 4 outputs
+// per thread, K in slices of 32 through shared memory. Same batch convention as above.
+template <typename TA, typename TB, typename TO>
+__global__ void __launch_bounds__(256)
+    matmul_fma_kernel(const TA* __restrict__ A, const TB* __restrict__ B, TO* __restrict__ C, int M,
+                      int N, int K, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
+                      int64_t b_s1) {
+  __shared__ float sA[32][33];
+  __shared__ float sB[32][33];
+  const int bz = blockIdx.z, b0 = bz / NB1, b1 = bz % NB1;
+  const TA* Ab = A + b0 * a_s0 + b1 * a_s1;
+  const TB* Bb = B + b0 * b_s0 + b1 * b_s1;
+  TO* Cb = C + int64_t(bz) * M * N;
+  const int m0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;  // ty in 0..7: rows ty, ty+8, ...
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k0 = 0; k0 < K; k0 += 32) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = ty + 8 * q;
+      sA[r][tx] = (m0 + r < M && k0 + tx < K) ? ld(Ab + int64_t(m0 + r) * K + k0 + tx) : 0.f;
+      sB[r][tx] = (k0 + r < K && n0 + tx < N) ? ld(Bb + int64_t(k0 + r) * N + n0 + tx) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int k = 0; k < 32; ++k) {
+      const float b = sB[k][tx];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q] = fmaf(sA[ty + 8 * q][k], b, acc[q]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int r = m0 + ty + 8 * q, c = n0 + tx;
+    if (r < M && c < N) Cb[int64_t(r) * N + c] = rt::from_f32<TO>(acc[q]);
+  }
+}
+
+// Writes a float32 scalar (materialized constants).
+__global__ void fill_scalar_kernel(float* p, float v) {
+  *p = v;
+}
+
+}  // namespace cg
+}  // namespace kiln
+
+#endif  // KILN_CG_CUH

@@ -1,0 +1,1171 @@
+// The layout/schedule optimizer (see kiln/codegen/schedule.h).
+//
+// Block graphs are planned in five passes over the ops:
+//   1. homes: where each tile lives (shared memory, registers, or inline in its consumer);
+//   2. steps: the tile each Compute/Accumulate/Save step materializes, the single matmul or
+//      reduction ("root") whose loop structure drives it, and who computes which element;
+//   3. register reads: an accumulator is read from registers only by steps with the same
+//      distribution at the same flat index; anything else spills it to shared memory;
+//   4. levels: steps are ordered by data dependence so that one barrier separates each level,
+//      and every buffer gets a live interval in levels;
+//   5. memory: pipeline depth, padding, and a first-fit allocation of shared memory that reuses
+//      buffers with disjoint live intervals, degrading (fewer stages, no padding, workspace
+//      instead of shared memory) until it fits the target.
+#include "kiln/codegen/schedule.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kiln/ir/diag.h"
+
+namespace kiln {
+
+const char* tile_home_name(TileHome h) {
+  switch (h) {
+    case TileHome::Smem:
+      return "smem";
+    case TileHome::Global:
+      return "global";
+    case TileHome::Registers:
+      return "registers";
+    case TileHome::Inline:
+      return "inline";
+    case TileHome::Root:
+      return "root";
+    case TileHome::Feed:
+      return "feed";
+    case TileHome::None:
+      return "-";
+  }
+  return "?";
+}
+
+int Distribution::slots(int threads) const {
+  if (kind == DistKind::Mma) return bw * mtw * ntw * 4;
+  int64_t groups = threads / group;
+  return static_cast<int>((numel + groups - 1) / groups);
+}
+
+std::string Distribution::str() const {
+  if (kind == DistKind::Group)
+    return group == 1 ? "strided" : fmt::format("groups of {} lanes", group);
+  return fmt::format("mma [{}x{}x{}] warps b{} m{} n{} k{} ({}x{}x{} m16n8 tiles/warp)", batch, m,
+                     n, wb, wm, wn, ks, bw, mtw, ntw);
+}
+
+namespace {
+
+bool is_elementwise(OpKind k) {
+  OpClass c = op_info(k).cls;
+  return c == OpClass::Binary || c == OpClass::Unary || c == OpClass::Constant ||
+         c == OpClass::Fused;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+int64_t align_up(int64_t a, int64_t b) {
+  return ceil_div(a, b) * b;
+}
+
+// Shapes equal after left-padding with 1s (a flat index means the same element in both).
+bool same_padded(const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  for (size_t i = 0; i < r; ++i) {
+    int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (x != y) return false;
+  }
+  return true;
+}
+// Equal after dropping every extent-1 dim: the flat index is the same element.
+bool same_squeezed(const Shape& a, const Shape& b) {
+  Shape x, y;
+  for (int64_t d : a)
+    if (d != 1) x.push_back(d);
+  for (int64_t d : b)
+    if (d != 1) y.push_back(d);
+  return x == y;
+}
+
+class BlockPlanner {
+ public:
+  BlockPlanner(const BlockGraph& bg, const Target& tgt, bool lossy_f16, bool lossy_bf16)
+      : bg_(bg), tgt_(tgt), T_(bg.block_threads), lossy_f16_(lossy_f16), lossy_bf16_(lossy_bf16) {
+    n_ = static_cast<int>(bg.ops.size());
+    cons_.resize(n_);
+    for (int i = 0; i < n_; ++i)
+      for (int in : bg.ops[i].inputs) cons_[in].push_back(i);
+    s_.tiles.resize(n_);
+    s_.lossy_mma_ok = lossy_f16;
+  }
+
+  BlockSchedule run() {
+    plan_homes();
+    for (int round = 0; round < 64; ++round) {
+      bool changed = fix_roots();
+      plan_dists();
+      changed |= fix_register_reads();
+      if (!changed) break;
+    }
+    plan_dists();
+    plan_levels();
+    plan_memory();
+    emit_steps();
+    return std::move(s_);
+  }
+
+ private:
+  const BlockOp& op(int i) const { return bg_.ops[i]; }
+  TilePlan& tp(int i) { return s_.tiles[i]; }
+  OpClass cls(int i) const { return op_info(op(i).kind).cls; }
+
+  bool is_root_kind(int i) const {
+    if (cls(i) == OpClass::Matmul) return true;
+    if (cls(i) == OpClass::Reduce) return reduce_len(i) > 1;
+    return false;
+  }
+  int64_t reduce_len(int i) const { return op(op(i).inputs[0]).shape[op(i).attrs.dim]; }
+  bool is_view(int i) const {
+    return cls(i) == OpClass::Transpose || (cls(i) == OpClass::Reduce && reduce_len(i) == 1);
+  }
+  std::vector<int> distinct_consumers(int i) const {
+    std::vector<int> c = cons_[i];
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    return c;
+  }
+
+  // Does consumer c read each element of operand i exactly once?
+  bool single_read(int i, int c) const {
+    switch (cls(c)) {
+      case OpClass::Matmul:
+        return false;
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Fused:
+        return same_padded(op(i).shape, op(c).shape);
+      case OpClass::Accum:
+        return same_padded(op(i).shape, op(c).shape);
+      case OpClass::Reduce:
+      case OpClass::Transpose:
+      case OpClass::Output:
+        return true;
+      default:
+        return false;
+    }
+  }
+  // Does consumer c read element f of operand i when it computes its own element f?
+  bool flat_identity(int i, int c) const {
+    switch (cls(c)) {
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Fused:
+      case OpClass::Accum:
+        return same_padded(op(i).shape, op(c).shape);
+      case OpClass::Output:
+        return true;
+      case OpClass::Reduce:
+        return reduce_len(c) == 1;
+      default:
+        return false;
+    }
+  }
+
+  // ---- 1. homes ------------------------------------------------------------------------------
+  void plan_homes() {
+    for (int i = 0; i < n_; ++i) {
+      TilePlan& t = tp(i);
+      const BlockOp& o = op(i);
+      OpClass c = cls(i);
+      std::vector<int> dc = distinct_consumers(i);
+      if (c == OpClass::Input) {
+        t.home = TileHome::Smem;
+        continue;
+      }
+      if (c == OpClass::Output) {
+        t.home = TileHome::None;
+        continue;
+      }
+      if (c == OpClass::Accum) {
+        t.home = TileHome::Registers;
+        continue;
+      }
+      if (c == OpClass::Constant || is_view(i)) {
+        t.home = TileHome::Inline;
+        continue;
+      }
+      bool only_accums = !dc.empty();
+      bool all_flat = true;
+      for (int k : dc) {
+        only_accums &= cls(k) == OpClass::Accum;
+        all_flat &= flat_identity(i, k);
+      }
+      if (only_accums && all_flat) {
+        t.home = TileHome::Feed;
+        continue;
+      }
+      if (dc.size() == 1) {
+        int k = dc[0];
+        bool same_stage =
+            op(k).stage == o.stage || (cls(k) == OpClass::Accum && o.stage != Stage::Post);
+        if (is_elementwise(o.kind) && single_read(i, k) && same_stage) {
+          t.home = TileHome::Inline;
+          continue;
+        }
+        if (is_root_kind(i) && flat_identity(i, k) && same_stage &&
+            (is_elementwise(op(k).kind) || cls(k) == OpClass::Output || cls(k) == OpClass::Accum ||
+             is_view(k))) {
+          t.home = TileHome::Root;
+          continue;
+        }
+      }
+      t.home = TileHome::Smem;
+      t.note = dc.empty() ? "unused" : "";
+    }
+    // The max operand of accum_rescale is read at broadcast positions: it must be stored.
+    for (int i = 0; i < n_; ++i)
+      if (op(i).kind == OpKind::AccumRescale) {
+        int m = op(i).inputs[1];
+        if (!same_padded(op(m).shape, op(i).shape) && cls(m) != OpClass::Input &&
+            cls(m) != OpClass::Constant && tp(m).home != TileHome::Registers)
+          tp(m).home = TileHome::Smem;
+      }
+  }
+
+  bool is_task_top(int i) const {
+    TileHome h = s_.tiles[i].home;
+    return (h == TileHome::Smem && cls(i) != OpClass::Input) || h == TileHome::Global ||
+           h == TileHome::Feed || cls(i) == OpClass::Output;
+  }
+
+  // Ops whose value a step evaluates: the top, and operands reached through Inline/Root homes.
+  void collect_tree(int i, std::vector<int>& out, bool top) const {
+    if (!top) {
+      TileHome h = s_.tiles[i].home;
+      if (h != TileHome::Inline && h != TileHome::Root) return;
+    }
+    if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+    for (int in : op(i).inputs) collect_tree(in, out, false);
+  }
+  // Leaves of a step's tree (stored tiles, registers) and the root.
+  struct Tree {
+    std::vector<int> nodes;
+    int root = -1;
+    std::vector<int> reg_leaves;
+    std::vector<int> smem_leaves;
+  };
+  Tree tree_of(int top) const {
+    Tree t;
+    collect_tree(top, t.nodes, true);
+    for (int i : t.nodes) {
+      bool here_root = (i == top && is_root_kind(i) && cls(i) != OpClass::Output) ||
+                       (i != top && s_.tiles[i].home == TileHome::Root);
+      if (here_root && t.root < 0) t.root = i;
+      for (int in : op(i).inputs) {
+        TileHome h = s_.tiles[in].home;
+        if (h == TileHome::Registers) {
+          if (s_.tiles[in].spill)
+            t.smem_leaves.push_back(in);
+          else
+            t.reg_leaves.push_back(in);
+        } else if (h == TileHome::Smem || h == TileHome::Global) {
+          t.smem_leaves.push_back(in);
+        }
+      }
+    }
+    return t;
+  }
+  // Is the path from node i up to the step top flat-identity at every edge?
+  bool flat_path(int i, int top, const std::vector<int>& nodes) const {
+    if (i == top) return true;
+    for (int c : cons_[i]) {
+      if (std::find(nodes.begin(), nodes.end(), c) == nodes.end()) continue;
+      if (!flat_identity(i, c)) return false;
+      if (!flat_path(c, top, nodes)) return false;
+    }
+    return true;
+  }
+
+  // ---- 2. one root per step ------------------------------------------------------------------
+  bool fix_roots() {
+    bool changed = false;
+    for (int top = 0; top < n_; ++top) {
+      if (!is_task_top(top)) continue;
+      std::vector<int> nodes;
+      collect_tree(top, nodes, true);
+      bool have = is_root_kind(top) && cls(top) != OpClass::Output;
+      for (int i : nodes) {
+        if (i == top || tp(i).home != TileHome::Root) continue;
+        if (have || !flat_path(i, top, nodes)) {
+          tp(i).home = TileHome::Smem;
+          changed = true;
+        } else {
+          have = true;
+        }
+      }
+      // An inline op under a root is recomputed per use of the root's inner loop; fine for
+      // reductions (each element read once), never reached for matmuls (operands are stored).
+    }
+    return changed;
+  }
+
+  // ---- 3. distributions and register reads ---------------------------------------------------
+  Distribution group_dist(int64_t numel, int64_t red_len) const {
+    Distribution d;
+    d.kind = DistKind::Group;
+    d.numel = numel;
+    int g = 1;
+    if (red_len >= 8)
+      while (g < 32 && numel * g * 2 <= T_ && g * 2 <= red_len) g *= 2;
+    d.group = g;
+    return d;
+  }
+
+  // Underlying stored operand of a matmul input, seen through Inline transposes.
+  struct Operand {
+    int leaf = -1;         // the stored op
+    bool swapped = false;  // the matmul reads the leaf with its last two dims swapped
+    bool clean = true;     // only views of the leaf (no other transposes)
+  };
+  Operand resolve_operand(int i) const {
+    Operand r;
+    int cur = i;
+    while (s_.tiles[cur].home == TileHome::Inline && cls(cur) == OpClass::Transpose) {
+      const std::vector<int>& p = op(cur).attrs.perm;
+      int rk = static_cast<int>(p.size());
+      bool swap_last = rk >= 2 && p[rk - 1] == rk - 2 && p[rk - 2] == rk - 1;
+      for (int d = 0; d < rk - 2; ++d) swap_last &= p[d] == d;
+      if (!swap_last) r.clean = false;
+      r.swapped = !r.swapped;
+      cur = op(cur).inputs[0];
+    }
+    r.leaf = cur;
+    if (s_.tiles[cur].home == TileHome::Inline) r.clean = false;
+    return r;
+  }
+  // dtype a matmul operand is exact in: the input tile's dtype, or F32 for computed values.
+  DType operand_dtype(const Operand& o) const {
+    if (cls(o.leaf) == OpClass::Input) return bg_.inputs[op(o.leaf).io].dtype;
+    return DType::F32;
+  }
+
+  MmaPlan plan_mma(int i) const {
+    MmaPlan p;
+    const BlockOp& o = op(i);
+    const Shape& a = op(o.inputs[0]).shape;
+    const Shape& b = op(o.inputs[1]).shape;
+    int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+    if (K < 8 || N < 8 || M * N * K < 2048) return p;
+    Operand oa = resolve_operand(o.inputs[0]), ob = resolve_operand(o.inputs[1]);
+    DType da = operand_dtype(oa), db = operand_dtype(ob);
+    auto ok16 = [&](DType d) {
+      return d == DType::F16 ? lossy_f16_ : d == DType::BF16 ? lossy_bf16_ : false;
+    };
+    if (da != DType::F32 && db != DType::F32) {
+      if (da != db) return p;
+      p.dtype = da;
+    } else if (da != DType::F32 && ok16(da)) {
+      p.dtype = da, p.lossy = true;
+    } else if (db != DType::F32 && ok16(db)) {
+      p.dtype = db, p.lossy = true;
+    } else {
+      return p;
+    }
+    p.use = true;
+    auto ldm_ok = [&](const Operand& x, DType d) {
+      if (!x.clean || cls(x.leaf) != OpClass::Input || d != p.dtype) return false;
+      const TilePlan& t = s_.tiles[x.leaf];
+      int64_t pitch = t.strides.empty() ? op(x.leaf).shape.back() : t.strides[t.strides.size() - 2];
+      return op(x.leaf).shape.size() >= 2 && pitch % 8 == 0;
+    };
+    // A: M x K. Row-major via ldmatrix needs K % 16; transposed needs M % 16 too.
+    if (ldm_ok(oa, da) && K % 16 == 0) {
+      if (!oa.swapped) p.a_ldmatrix = true;
+      if (oa.swapped && M % 16 == 0) p.a_ldmatrix = true, p.a_trans = true;
+    }
+    if (ldm_ok(ob, db) && K % 16 == 0 && N % 8 == 0) p.b_ldmatrix = true, p.b_nk = ob.swapped;
+    return p;
+  }
+
+  // Best warp partition of a [B, M, N] x K product; ks > 1 only when allowed.
+  bool mma_partition(int64_t B, int64_t M, int64_t N, int64_t K, bool allow_ks, int reg_cap,
+                     Distribution& out) const {
+    int W = T_ / 32;
+    int64_t MT = ceil_div(M, 16), NT = ceil_div(N, 8), KST = ceil_div(K, 16);
+    double best = 1e300;
+    bool found = false;
+    std::vector<int> divs;
+    for (int d = 1; d <= W; ++d)
+      if (W % d == 0) divs.push_back(d);
+    for (int wb : divs)
+      for (int wm : divs)
+        for (int wn : divs)
+          for (int ks : divs) {
+            if (int64_t(wb) * wm * wn * ks != W) continue;
+            if (ks > 1 && !allow_ks) continue;
+            if (wb > B || wm > MT || wn > NT || ks > KST) continue;
+            int64_t bw = ceil_div(B, wb), mtw = ceil_div(MT, wm), ntw = ceil_div(NT, wn);
+            int64_t kst = ceil_div(KST, ks);
+            int64_t regs = bw * mtw * ntw * 4;
+            if (regs > reg_cap) continue;
+            double mmas = double(bw * mtw * ntw * kst);
+            double loads = double(bw * kst) * (mtw + (ntw + 1) / 2);
+            double cost = mmas + 0.5 * loads + (ks > 1 ? 8.0 : 0.0) + (ntw % 2 ? 0.25 * kst : 0);
+            if (cost < best - 1e-9) {
+              best = cost;
+              found = true;
+              out = Distribution{};
+              out.kind = DistKind::Mma;
+              out.numel = B * M * N;
+              out.batch = B, out.m = M, out.n = N;
+              out.wb = wb, out.wm = wm, out.wn = wn, out.ks = ks;
+              out.bw = int(bw), out.mtw = int(mtw), out.ntw = int(ntw);
+            }
+          }
+    // Fewer warps than W (idle warps) when the product is tiny.
+    if (!found) {
+      for (int wb : divs)
+        for (int wm : divs)
+          for (int wn : divs) {
+            if (int64_t(wb) * wm * wn > W || wb > B || wm > MT || wn > NT) continue;
+            int64_t bw = ceil_div(B, wb), mtw = ceil_div(MT, wm), ntw = ceil_div(NT, wn);
+            if (bw * mtw * ntw * 4 > reg_cap) continue;
+            double cost = double(bw * mtw * ntw * KST);
+            if (cost < best) {
+              best = cost;
+              found = true;
+              out = Distribution{};
+              out.kind = DistKind::Mma;
+              out.numel = B * M * N;
+              out.batch = B, out.m = M, out.n = N;
+              out.wb = wb, out.wm = wm, out.wn = wn, out.ks = 1;
+              out.bw = int(bw), out.mtw = int(mtw), out.ntw = int(ntw);
+            }
+          }
+    }
+    return found;
+  }
+
+  // The distribution of the step whose top is `top`, given its tree.
+  Distribution step_dist(int top, const Tree& t) {
+    if (t.root >= 0) {
+      int r = t.root;
+      if (cls(r) == OpClass::Reduce) return group_dist(numel(op(r).shape), reduce_len(r));
+      // Matmul root.
+      TilePlan& rp = tp(r);
+      rp.mma = plan_mma(r);
+      if (rp.mma.use) {
+        const Shape& os = op(r).shape;
+        int64_t M = os[os.size() - 2], N = os.back(), B = numel(os) / (M * N);
+        int64_t K = op(op(r).inputs[0]).shape.back();
+        // k-split only when the matmul feeds accum_sum directly (partials add up at the end).
+        bool direct = top == r && tp(r).home == TileHome::Feed;
+        for (int c : distinct_consumers(r)) direct &= op(c).kind == OpKind::AccumSum;
+        Distribution d;
+        if (mma_partition(B, M, N, K, direct, 64, d)) return d;
+        rp.mma.use = false;
+      }
+      return group_dist(numel(op(r).shape), 1);
+    }
+    if (!t.reg_leaves.empty()) return tp(t.reg_leaves[0]).dist;
+    return group_dist(numel(op(top).shape), 1);
+  }
+
+  void plan_dists() {
+    // Accumulators folding a stored tile: one element per thread, strided.
+    for (int i = 0; i < n_; ++i)
+      if (cls(i) == OpClass::Accum && tp(op(i).inputs[0]).home != TileHome::Feed)
+        tp(i).dist = group_dist(numel(op(i).shape), 1);
+    for (int top = 0; top < n_; ++top) {
+      if (!is_task_top(top)) continue;
+      Tree t = tree_of(top);
+      Distribution d = step_dist(top, t);
+      tp(top).dist = d;
+      tp(top).root = t.root;
+      if (t.root >= 0) tp(t.root).dist = d;
+      if (tp(top).home == TileHome::Feed)
+        for (int c : distinct_consumers(top)) tp(c).dist = d;
+    }
+  }
+
+  bool fix_register_reads() {
+    bool changed = false;
+    for (int top = 0; top < n_; ++top) {
+      if (!is_task_top(top)) continue;
+      Tree t = tree_of(top);
+      const Distribution& d = tp(top).dist;
+      for (int r : t.reg_leaves) {
+        TilePlan& rp = tp(r);
+        bool ok = rp.dist == d && rp.dist.ks == 1 && numel(op(r).shape) == d.numel;
+        // Every edge from r to the top must be flat-identity, and r must not sit under the
+        // root's inner loop (a reduction's input or a matmul's operand).
+        for (int c : cons_[r]) {
+          if (std::find(t.nodes.begin(), t.nodes.end(), c) == t.nodes.end()) continue;
+          ok &= flat_identity(r, c) && flat_path(c, top, t.nodes);
+          if (t.root >= 0 && c == t.root) ok = false;
+        }
+        if (!ok && !rp.spill) {
+          rp.spill = true;
+          changed = true;
+        }
+      }
+    }
+    // k-split accumulators and accumulators that feed matmuls are always spilled.
+    for (int i = 0; i < n_; ++i)
+      if (tp(i).home == TileHome::Registers && tp(i).dist.kind == DistKind::Mma &&
+          tp(i).dist.ks > 1 && !tp(i).spill) {
+        tp(i).spill = true;
+        changed = true;
+      }
+    return changed;
+  }
+
+  // ---- 4. steps and levels -------------------------------------------------------------------
+  struct Task {
+    StepKind kind;
+    Phase phase;
+    int op;
+    std::vector<int> accums;
+    std::vector<int> reads;   // buffers (op ids whose storage is read)
+    std::vector<int> writes;  // buffers written (op ids; spills write the accumulator's buffer)
+    int level = 0;
+  };
+  std::vector<Task> tasks_;
+
+  Phase phase_of_stage(Stage s) const {
+    return s == Stage::Invariant ? Phase::Pre : s == Stage::Loop ? Phase::Loop : Phase::Post;
+  }
+
+  void plan_levels() {
+    // Build tasks.
+    for (int i = 0; i < n_; ++i) {
+      TilePlan& t = tp(i);
+      if (cls(i) == OpClass::Output) {
+        Phase ph = op(i).stage == Stage::Loop ? Phase::Loop : Phase::Post;
+        tasks_.push_back({StepKind::Save, ph, i, {}, {}, {}, 0});
+      } else if (t.home == TileHome::Feed) {
+        Task k{StepKind::Accumulate, Phase::Loop, i, {}, {}, {}, 0};
+        for (int c : distinct_consumers(i))
+          if (op(c).inputs[0] == i) k.accums.push_back(c);
+        tasks_.push_back(k);
+      } else if ((t.home == TileHome::Smem || t.home == TileHome::Global) &&
+                 cls(i) != OpClass::Input && !cons_[i].empty()) {
+        tasks_.push_back({StepKind::Compute, phase_of_stage(op(i).stage), i, {}, {}, {}, 0});
+      }
+    }
+    // Accumulators whose value operand is stored (not a Feed): a step reading it.
+    for (int i = 0; i < n_; ++i) {
+      if (cls(i) != OpClass::Accum) continue;
+      int v = op(i).inputs[0];
+      if (tp(v).home == TileHome::Feed) continue;
+      // Fold directly from the stored/inline value: an Accumulate step with the accum as top.
+      tasks_.push_back({StepKind::Accumulate, Phase::Loop, -1, {i}, {}, {}, 0});
+    }
+    // Spills.
+    for (int i = 0; i < n_; ++i)
+      if (tp(i).home == TileHome::Registers && tp(i).spill)
+        tasks_.push_back({StepKind::Spill, Phase::Post, i, {}, {}, {i}, 0});
+    // Reads/writes.
+    for (Task& k : tasks_) {
+      std::vector<int> tops;
+      if (k.kind == StepKind::Spill) continue;
+      if (k.op >= 0) tops.push_back(k.op);
+      if (k.kind == StepKind::Accumulate)
+        for (int a : k.accums)
+          for (int in : op(a).inputs)
+            if (k.op < 0 || in != k.op) tops.push_back(in);
+      for (int top : tops) {
+        std::vector<int> nodes;
+        if (k.op >= 0 && top == k.op) {
+          collect_tree(top, nodes, true);
+        } else {
+          collect_tree(top, nodes,
+                       tp(top).home == TileHome::Inline || tp(top).home == TileHome::Root);
+          if (tp(top).home != TileHome::Inline && tp(top).home != TileHome::Root)
+            k.reads.push_back(top);
+        }
+        for (int i : nodes)
+          for (int in : op(i).inputs) {
+            TileHome h = tp(in).home;
+            if (h == TileHome::Smem || h == TileHome::Global ||
+                (h == TileHome::Registers && tp(in).spill))
+              k.reads.push_back(in);
+          }
+      }
+      if (k.kind == StepKind::Compute) k.writes.push_back(k.op);
+    }
+    // Levels per phase: 1 + the level of the latest producer in the same phase.
+    std::map<int, const Task*> producer;
+    for (Phase ph : {Phase::Pre, Phase::Loop, Phase::Post}) {
+      for (Task& k : tasks_) {
+        if (k.phase != ph) continue;
+        int lvl = 0;
+        for (int r : k.reads)
+          for (const Task& p : tasks_)
+            if (p.phase == ph && &p != &k &&
+                std::find(p.writes.begin(), p.writes.end(), r) != p.writes.end())
+              lvl = std::max(lvl, level_of(p, ph) + 1);
+        k.level = lvl;
+      }
+    }
+  }
+  // Levels are computed in op order; a producer always precedes its readers in op order except
+  // spills (op = accumulator id), which have no inputs in the same phase and stay at level 0.
+  int level_of(const Task& p, Phase) const { return p.level; }
+
+  int64_t num_levels(Phase ph) const {
+    int64_t m = -1;
+    for (const Task& k : tasks_)
+      if (k.phase == ph) m = std::max<int64_t>(m, k.level);
+    return m + 1;
+  }
+
+  // ---- 5. memory -----------------------------------------------------------------------------
+  struct Buf {
+    int op;
+    bool spill;
+    int64_t bytes;
+    int64_t lo, hi;  // live interval in global level numbers
+    bool input;
+    int64_t offset = -1;
+    bool global = false;
+  };
+
+  int64_t numel(const Shape& s) const { return kiln::numel(s); }
+
+  void set_strides(int i, bool pad, bool f32, std::vector<int64_t>& strides, int64_t& bytes) {
+    const Shape& sh = op(i).shape;
+    int r = static_cast<int>(sh.size());
+    strides.assign(r, 1);
+    int eb = f32 ? 4 : dtype_bytes(bg_.inputs[op(i).io].dtype);
+    if (r == 0) {
+      bytes = eb;
+      return;
+    }
+    int64_t pitch = sh.back();
+    int64_t rows = numel(sh) / sh.back();
+    if (pad && rows > 1) {
+      int64_t rb = pitch * eb;
+      if (!f32) {
+        // ldmatrix reads 8 rows of 16 bytes: conflict-free when the pitch is an odd number of
+        // 16-byte units.
+        if (rb % 16 == 0 && (rb / 16) % 2 == 0) pitch += 16 / eb;
+      } else if (pitch % 32 == 0) {
+        pitch += 4;  // keeps 16-byte alignment for vector reads
+      }
+    }
+    if (r >= 2) {
+      strides[r - 2] = pitch;
+      for (int d = r - 3; d >= 0; --d) strides[d] = strides[d + 1] * sh[d + 1];
+    }
+    bytes = align_up((r >= 2 ? strides[0] * sh[0] : pitch) * eb, 16);
+  }
+
+  bool used_by_ldmatrix(int i) const {
+    for (int k = 0; k < n_; ++k) {
+      if (cls(k) != OpClass::Matmul || !s_.tiles[k].mma.use) continue;
+      for (int a = 0; a < 2; ++a) {
+        Operand o = resolve_operand(op(k).inputs[a]);
+        if (o.leaf == i && (a == 0 ? s_.tiles[k].mma.a_ldmatrix : s_.tiles[k].mma.b_ldmatrix))
+          return true;
+      }
+    }
+    return true;  // padding 16-bit tiles is cheap and helps any 16-byte row access
+  }
+
+  void choose_load_vec(int i) {
+    TilePlan& t = tp(i);
+    const Shape& sh = op(i).shape;
+    const TensorDesc& td = bg_.inputs[op(i).io];
+    int eb = dtype_bytes(td.dtype);
+    int64_t last = sh.empty() ? 1 : sh.back();
+    int64_t tlast = td.shape.empty() ? 1 : td.shape.back();
+    int64_t pitch = sh.size() >= 2 ? t.strides[sh.size() - 2] : last;
+    for (int v = 16 / eb; v >= 1; v /= 2) {
+      int bytes = v * eb;
+      if (last % v || tlast % v || pitch % v) continue;
+      t.load_vec = v;
+      t.async = bytes == 16 || bytes == 8 || bytes == 4;
+      return;
+    }
+    t.load_vec = 1;
+    t.async = false;
+  }
+
+  int64_t level_base(Phase ph) const {
+    if (ph == Phase::Pre) return 0;
+    if (ph == Phase::Loop) return num_levels(Phase::Pre) + 1;
+    return num_levels(Phase::Pre) + num_levels(Phase::Loop) + 3;
+  }
+
+  bool try_alloc(int stages, bool pad, int64_t budget, std::vector<Buf>& bufs) {
+    bufs.clear();
+    int64_t loop_lo = level_base(Phase::Loop), loop_hi = level_base(Phase::Post) - 1;
+    int64_t post_lo = level_base(Phase::Post);
+    // Global level of each task.
+    auto task_level = [&](const Task& k) { return level_base(k.phase) + k.level; };
+    for (int i = 0; i < n_; ++i) {
+      TilePlan& t = tp(i);
+      bool stored = t.home == TileHome::Smem || t.home == TileHome::Global;
+      if (!stored && !(t.home == TileHome::Registers && t.spill)) continue;
+      if (stored && cls(i) != OpClass::Input && cons_[i].empty()) continue;
+      Buf b{};
+      b.op = i;
+      b.spill = t.home == TileHome::Registers;
+      b.input = cls(i) == OpClass::Input;
+      std::vector<int64_t> strides;
+      int64_t bytes = 0;
+      bool pad_this =
+          pad &&
+          (b.input ? dtype_bytes(bg_.inputs[op(i).io].dtype) < 4 && used_by_ldmatrix(i) : true);
+      set_strides(i, pad_this, !b.input, strides, bytes);
+      if (b.spill) {
+        t.spill_strides = strides;
+      } else {
+        t.strides = strides;
+        t.bytes = bytes;
+      }
+      b.bytes = bytes;
+      if (b.input) {
+        choose_load_vec(i);
+        bool loop = op(i).stage == Stage::Loop;
+        t.stages = loop ? stages : 1;
+        b.bytes = bytes * t.stages;
+        b.lo = 0;
+      }
+      // Live interval.
+      int64_t lo = b.input ? 0 : -1, hi = b.input ? 0 : -1;
+      for (const Task& k : tasks_) {
+        int64_t L = task_level(k);
+        bool w = std::find(k.writes.begin(), k.writes.end(), i) != k.writes.end();
+        bool r = std::find(k.reads.begin(), k.reads.end(), i) != k.reads.end();
+        if (w) lo = lo < 0 ? L : std::min(lo, L), hi = std::max(hi, L);
+        if (r) {
+          hi = std::max(hi, L);
+          if (lo < 0) lo = L;
+          if (k.phase == Phase::Loop) hi = std::max(hi, loop_hi);
+        }
+      }
+      if (b.input && op(i).stage == Stage::Loop) hi = std::max(hi, loop_hi);
+      if (lo < 0) lo = b.spill ? post_lo : 0;
+      if (hi < lo) hi = lo;
+      // A tile produced before the loop and used in it stays live through the loop.
+      if (lo < loop_lo && hi >= loop_lo) hi = std::max(hi, loop_hi);
+      b.lo = lo, b.hi = hi;
+      b.global = t.home == TileHome::Global || (b.spill && t.spill_global);
+      bufs.push_back(b);
+    }
+    auto place = [&](bool global) {
+      std::vector<Buf*> order;
+      for (Buf& b : bufs)
+        if (b.global == global) order.push_back(&b);
+      std::stable_sort(order.begin(), order.end(), [](const Buf* a, const Buf* b) {
+        if (a->input != b->input) return a->input;
+        return a->bytes > b->bytes;
+      });
+      std::vector<Buf*> placed;
+      int64_t top = 0;
+      for (Buf* b : order) {
+        std::vector<std::pair<int64_t, int64_t>> busy;
+        for (Buf* p : placed)
+          if (!(p->hi < b->lo || b->hi < p->lo)) busy.push_back({p->offset, p->offset + p->bytes});
+        std::sort(busy.begin(), busy.end());
+        int64_t off = 0;
+        for (auto [s, e] : busy) {
+          if (off + b->bytes <= s) break;
+          off = std::max(off, align_up(e, 128));
+        }
+        b->offset = off;
+        placed.push_back(b);
+        top = std::max(top, off + b->bytes);
+      }
+      return top;
+    };
+    int64_t smem = place(false);
+    int64_t glob = place(true);
+    s_.smem_bytes = smem;
+    s_.global_bytes_per_block = glob;
+    return smem <= budget;
+  }
+
+  void plan_memory() {
+    BlockResources rule = block_resources(bg_);
+    s_.smem_rule_bytes = rule.smem_bytes;
+    s_.smem_budget = tgt_.smem_per_block;
+    // Pipeline depth: aim for ~48 KB of loop-input bytes in flight per SM.
+    int64_t stage_bytes = 0;
+    bool any_loop_input = false;
+    for (int i = 0; i < n_; ++i)
+      if (cls(i) == OpClass::Input && op(i).stage == Stage::Loop) {
+        any_loop_input = true;
+        stage_bytes += align_up(numel(op(i).shape) * dtype_bytes(bg_.inputs[op(i).io].dtype), 16);
+      }
+    int64_t iters = bg_.num_iterations();
+    int64_t blocks = bg_.num_blocks();
+    int64_t per_sm =
+        std::max<int64_t>(1, std::min<int64_t>(ceil_div(blocks, tgt_.sm_count), 2048 / T_));
+    int want = 1;
+    if (any_loop_input && iters > 1) {
+      int64_t target = 48 * 1024;
+      want = static_cast<int>(std::clamp<int64_t>(
+          ceil_div(target, std::max<int64_t>(1, stage_bytes * per_sm)) + 1, 2, 8));
+      want = static_cast<int>(std::min<int64_t>(want, iters));
+    }
+    std::vector<Buf> bufs;
+    bool done = false;
+    // First keep the occupancy the grid can use, then accept less.
+    for (int pass = 0; pass < 2 && !done; ++pass) {
+      int64_t budget = pass == 0 ? std::min<int64_t>(s_.smem_budget,
+                                                     (tgt_.smem_per_block + 1024) / per_sm - 1024)
+                                 : s_.smem_budget;
+      for (int st = want; st >= 1 && !done; --st)
+        for (int pad = 1; pad >= 0 && !done; --pad)
+          if (try_alloc(st, pad, budget, bufs)) {
+            s_.pipeline_stages = st;
+            done = true;
+          }
+    }
+    // Still too big: move the largest stored non-input tiles to the workspace.
+    while (!done) {
+      int best = -1;
+      int64_t best_bytes = -1;
+      bool best_spill = false;
+      for (const Buf& b : bufs)
+        if (!b.input && !b.global && b.bytes > best_bytes)
+          best = b.op, best_bytes = b.bytes, best_spill = b.spill;
+      KILN_ASSERT(best >= 0, "input tiles alone exceed shared memory ({} bytes)", s_.smem_bytes);
+      if (best_spill)
+        tp(best).spill_global = true;
+      else
+        tp(best).home = TileHome::Global;
+      s_.notes.push_back(
+          fmt::format("{} moved to the workspace: shared memory is short", op(best).name));
+      if (try_alloc(1, false, s_.smem_budget, bufs)) {
+        s_.pipeline_stages = 1;
+        done = true;
+      }
+    }
+    for (const Buf& b : bufs) {
+      if (b.spill)
+        tp(b.op).spill_offset = b.offset;
+      else
+        tp(b.op).offset = b.offset;
+    }
+    // Register estimate.
+    int regs = 0;
+    for (int i = 0; i < n_; ++i)
+      if (tp(i).home == TileHome::Registers) {
+        regs += tp(i).dist.slots(T_) * (op(i).kind == OpKind::AccumRescale ? 2 : 1);
+      }
+    s_.regs_estimate = regs;
+  }
+
+  // ---- steps ---------------------------------------------------------------------------------
+  void emit_steps() {
+    // Pre: loads of every input (loop inputs: the pipeline prologue), then invariant levels.
+    for (int i = 0; i < n_; ++i)
+      if (cls(i) == OpClass::Input)
+        s_.steps.push_back(
+            {StepKind::Load, op(i).stage == Stage::Loop ? Phase::Loop : Phase::Pre, i, {}});
+    auto add_phase = [&](Phase ph, bool leading_barrier) {
+      int64_t L = num_levels(ph);
+      if (L == 0) return 0;
+      int barriers = 0;
+      for (int64_t l = 0; l < L; ++l) {
+        if (l > 0 || leading_barrier) {
+          s_.steps.push_back({StepKind::Barrier, ph, -1, {}});
+          ++barriers;
+        }
+        for (const Task& k : tasks_)
+          if (k.phase == ph && k.level == l) s_.steps.push_back({k.kind, ph, k.op, k.accums});
+      }
+      return barriers;
+    };
+    // Pre levels read invariant input tiles: wait for their copies and a barrier first.
+    add_phase(Phase::Pre, true);
+    s_.barriers_per_iteration = 1 + add_phase(Phase::Loop, false);
+    // The first post level may overwrite shared memory the loop read (buffer reuse).
+    add_phase(Phase::Post, true);
+  }
+
+  const BlockGraph& bg_;
+  const Target& tgt_;
+  int T_;
+  bool lossy_f16_, lossy_bf16_;
+  int n_ = 0;
+  std::vector<std::vector<int>> cons_;
+  BlockSchedule s_;
+};
+
+// ---- kernel level ---------------------------------------------------------------------------
+
+int64_t tensor_bytes(const TensorDesc& t) {
+  return numel(t.shape) * dtype_bytes(t.dtype);
+}
+
+}  // namespace
+
+Schedule plan_schedule(const KernelGraph& g, const Target& t) {
+  Schedule s;
+  s.arch = t.arch;
+  const int nt = static_cast<int>(g.tensors.size());
+  // Which graph outputs depend on each tensor (for the precision a kernel may trade).
+  std::vector<std::set<int>> reach(nt);
+  for (int o : g.outputs) reach[o].insert(o);
+  for (int k = static_cast<int>(g.ops.size()) - 1; k >= 0; --k) {
+    std::set<int> r;
+    for (int o : g.ops[k].outputs) r.insert(reach[o].begin(), reach[o].end());
+    for (int in : g.ops[k].inputs) reach[in].insert(r.begin(), r.end());
+  }
+  auto is_const = [&](int tensor) {
+    int p = g.producer(tensor);
+    return p >= 0 && g.ops[p].kind == OpKind::Constant;
+  };
+  std::set<int> is_output(g.outputs.begin(), g.outputs.end());
+  std::set<int> is_input(g.inputs.begin(), g.inputs.end());
+  // Constants are folded into predefined consumers; they are materialized only when a
+  // graph-defined op reads them or they are outputs.
+  std::vector<bool> need_store(nt, false);
+  for (const KernelOp& k : g.ops)
+    if (k.kind == OpKind::GraphDefined)
+      for (int in : k.inputs) need_store[in] = true;
+  for (int o : g.outputs) need_store[o] = true;
+
+  s.tensor_offset.assign(nt, -1);
+  int64_t ws = 0;
+  auto alloc = [&](int64_t bytes) {
+    int64_t off = ws;
+    ws = align_up(ws + std::max<int64_t>(bytes, 1), 256);
+    return off;
+  };
+  for (int id = 0; id < nt; ++id) {
+    if (is_input.count(id) || is_output.count(id)) continue;
+    int p = g.producer(id);
+    if (p < 0) continue;
+    if (is_const(id) && !need_store[id]) continue;
+    s.tensor_offset[id] = alloc(tensor_bytes(g.tensor(id)));
+  }
+
+  int64_t block_scratch = 0;
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const KernelOp& op = g.ops[k];
+    KernelPlan kp;
+    kp.op = static_cast<int>(k);
+    kp.kernel = fmt::format("k{}_{}", k, op.name);
+    if (op.kind == OpKind::GraphDefined) {
+      bool f16 = true, bf16 = true, any = false;
+      for (int o : op.outputs)
+        for (int r : reach[o]) {
+          any = true;
+          DType d = g.tensor(r).dtype;
+          f16 &= d != DType::F32;
+          bf16 &= d == DType::BF16;
+        }
+      if (!any) f16 = bf16 = false;
+      BlockPlanner bp(*op.block, t, f16, bf16);
+      kp.block = std::make_shared<BlockSchedule>(bp.run());
+      kp.grid = op.block->num_blocks();
+      kp.threads = op.block->block_threads;
+      kp.smem = kp.block->smem_bytes;
+      kp.strategy = "block graph";
+      block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
+    } else {
+      const OpClass c = op_info(op.kind).cls;
+      const TensorDesc& out = g.tensor(op.outputs[0]);
+      switch (c) {
+        case OpClass::Constant:
+          kp.strategy = need_store[op.outputs[0]] ? "fill" : "folded";
+          break;
+        case OpClass::Binary:
+        case OpClass::Unary: {
+          bool vec = true;
+          int v = 16 / dtype_bytes(out.dtype);
+          for (int in : op.inputs)
+            if (!is_const(in) && g.tensor(in).shape != out.shape) vec = false;
+          for (int in : op.inputs)
+            if (!is_const(in) && 16 / dtype_bytes(g.tensor(in).dtype) < v)
+              v = 16 / dtype_bytes(g.tensor(in).dtype);
+          vec &= numel(out.shape) % v == 0;
+          kp.strategy = vec ? fmt::format("elementwise v{}", v) : "elementwise broadcast";
+          kp.threads = 256;
+          int64_t items = vec ? numel(out.shape) / v : numel(out.shape);
+          kp.grid = std::clamp<int64_t>(ceil_div(items, 256), 1, int64_t(t.sm_count) * 16);
+          break;
+        }
+        case OpClass::Transpose:
+          kp.strategy = "gather";
+          kp.threads = 256;
+          kp.grid =
+              std::clamp<int64_t>(ceil_div(numel(out.shape), 256), 1, int64_t(t.sm_count) * 16);
+          break;
+        case OpClass::Reduce:
+        case OpClass::Softmax:
+        case OpClass::RmsNorm: {
+          const Shape& xs = g.tensor(op.inputs[0]).shape;
+          int dim = c == OpClass::RmsNorm ? static_cast<int>(xs.size()) - 1
+                                          : static_cast<int>(op.attrs.dim);
+          int64_t inner = 1;
+          for (size_t d = dim + 1; d < xs.size(); ++d) inner *= xs[d];
+          int64_t rows = numel(xs) / xs[dim];
+          if (inner == 1) {
+            kp.strategy = xs[dim] >= 2048 ? "row per block" : "row per warp";
+            kp.threads = xs[dim] >= 2048 ? 512 : 256;
+            kp.grid = xs[dim] >= 2048 ? rows : ceil_div(rows, 8);
+          } else {
+            kp.strategy = "column per thread";
+            kp.threads = 256;
+            kp.grid = ceil_div(rows, 256);
+          }
+          break;
+        }
+        case OpClass::Matmul: {
+          const TensorDesc& a = g.tensor(op.inputs[0]);
+          const TensorDesc& b = g.tensor(op.inputs[1]);
+          int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
+          int64_t batch = numel(out.shape) / (M * N);
+          bool tc = !is_const(op.inputs[0]) && !is_const(op.inputs[1]) && a.dtype == b.dtype &&
+                    a.dtype != DType::F32 && K % 8 == 0 && N % 8 == 0;
+          if (tc && batch == 1 && M <= 32 && K % 4 == 0 && N % 8 == 0 &&
+              (N * dtype_bytes(out.dtype)) % 16 == 0) {
+            kp.strategy = "gemv";
+            int warps_n = 2, warps_k = 4;
+            int64_t col_blocks = ceil_div(N, 64 * warps_n);
+            int64_t target = int64_t(t.sm_count) * 2;
+            int splits =
+                static_cast<int>(std::max<int64_t>(1, (target + col_blocks / 2) / col_blocks));
+            splits = static_cast<int>(
+                std::min<int64_t>(splits, std::max<int64_t>(1, K / (256 * warps_k))));
+            int64_t chunk = align_up(ceil_div(K, splits), 16);
+            splits = static_cast<int>(ceil_div(K, chunk));
+            kp.splits = splits;
+            kp.threads = 32 * warps_n * warps_k;
+            kp.grid = col_blocks * splits;
+            if (splits > 1) {
+              int mt = static_cast<int>(ceil_div(M, 8));
+              kp.scratch_bytes = col_blocks * splits * warps_n * mt * 512 * 4 + col_blocks * 4;
+            }
+          } else if (tc) {
+            bool small = M <= 64;
+            kp.strategy = small ? "gemm_tc 64x128x32 s4" : "gemm_tc 128x128x32 s3";
+            kp.threads = small ? 128 : 256;
+            kp.smem = small ? 4 * (64 * 32 + 32 * 128) * 2 : 3 * (128 * 32 + 32 * 128) * 2;
+            kp.grid = ceil_div(N, 128) * ceil_div(M, small ? 64 : 128) * batch;
+          } else {
+            kp.strategy = "fma 32x32";
+            kp.threads = 256;
+            kp.grid = ceil_div(N, 32) * ceil_div(M, 32) * batch;
+          }
+          break;
+        }
+        default:
+          KILN_ASSERT(false, "op {} has no predefined kernel", op_name(op.kind));
+      }
+    }
+    if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);
+    s.kernels.push_back(std::move(kp));
+  }
+  if (block_scratch > 0) s.block_scratch_offset = alloc(block_scratch);
+  s.workspace_bytes = ws;
+  return s;
+}
+
+std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
+  std::string out = fmt::format("schedule for {} ({}), workspace {} bytes\n", g.name,
+                                target_for(s.arch).name, s.workspace_bytes);
+  for (size_t i = 0; i < g.tensors.size(); ++i)
+    if (s.tensor_offset[i] >= 0)
+      out += fmt::format("  workspace +{}: {} {} {}\n", s.tensor_offset[i], g.tensors[i].name,
+                         dtype_name(g.tensors[i].dtype), shape_str(g.tensors[i].shape));
+  for (const KernelPlan& kp : s.kernels) {
+    const KernelOp& op = g.ops[kp.op];
+    if (!kp.block) {
+      out += fmt::format("kernel {}: {} -> {}", kp.kernel, op_name(op.kind), kp.strategy);
+      if (kp.grid) out += fmt::format(", grid {} x {} threads", kp.grid, kp.threads);
+      if (kp.splits > 1) out += fmt::format(", split-K {}", kp.splits);
+      out += "\n";
+      continue;
+    }
+    const BlockGraph& bg = *op.block;
+    const BlockSchedule& b = *kp.block;
+    out += fmt::format(
+        "kernel {}: block graph, grid {} x {} threads, {} iterations, pipeline {} stage(s)\n",
+        kp.kernel, shape_str(bg.grid), bg.block_threads, bg.num_iterations(), b.pipeline_stages);
+    out += fmt::format(
+        "  shared memory {} bytes (resource rule {}; budget {}), workspace per block {}, "
+        "accumulator registers ~{}/thread, {} barrier(s) per iteration{}\n",
+        b.smem_bytes, b.smem_rule_bytes, b.smem_budget, b.global_bytes_per_block, b.regs_estimate,
+        b.barriers_per_iteration, b.lossy_mma_ok ? ", f32 mma operands may round to f16" : "");
+    for (size_t i = 0; i < bg.ops.size(); ++i) {
+      const BlockOp& o = bg.ops[i];
+      const TilePlan& t = b.tiles[i];
+      std::string line = fmt::format("  {:<10} {:<13} {:<16} {:<9}", o.name, op_name(o.kind),
+                                     shape_str(o.shape), tile_home_name(t.home));
+      if (t.home == TileHome::Smem || t.home == TileHome::Global) {
+        line += fmt::format(" @{} {}B", t.offset, t.bytes);
+        if (t.stages > 1) line += fmt::format(" x{} stages", t.stages);
+        if (!t.strides.empty() && !o.shape.empty() && o.shape.size() >= 2 &&
+            t.strides[o.shape.size() - 2] != o.shape.back())
+          line += fmt::format(" pitch {}", t.strides[o.shape.size() - 2]);
+        if (o.kind == OpKind::Input)
+          line += fmt::format(" {} {}-elem chunks", t.async ? "cp.async" : "sync", t.load_vec);
+      }
+      if (t.home == TileHome::Registers) {
+        line += " " + t.dist.str();
+        if (t.spill)
+          line += fmt::format(" spilled after loop to {} @{}",
+                              t.spill_global ? "workspace" : "smem", t.spill_offset);
+      }
+      if ((t.home == TileHome::Smem || t.home == TileHome::Global || t.home == TileHome::Feed) &&
+          o.kind != OpKind::Input)
+        line += " by " + t.dist.str();
+      if (o.kind == OpKind::MatMul && t.home != TileHome::Inline)
+        line += t.mma.use ? fmt::format(" mma.sync {}{}{}{}", dtype_name(t.mma.dtype),
+                                        t.mma.a_ldmatrix ? " A:ldmatrix" : " A:gather",
+                                        t.mma.b_ldmatrix ? " B:ldmatrix" : " B:gather",
+                                        t.mma.lossy ? " (f32 operand rounded)" : "")
+                          : " fma";
+      if (o.kind == OpKind::Output && t.root >= 0)
+        line += fmt::format(" (fused {})", bg.ops[t.root].name);
+      if (!t.note.empty()) line += " " + t.note;
+      out += line + "\n";
+    }
+    std::string steps;
+    for (const Step& st : b.steps) {
+      const char* ph = st.phase == Phase::Pre ? "pre" : st.phase == Phase::Loop ? "loop" : "post";
+      std::string what;
+      switch (st.kind) {
+        case StepKind::Load:
+          what = "load " + bg.ops[st.op].name;
+          break;
+        case StepKind::Compute:
+          what = "compute " + bg.ops[st.op].name;
+          break;
+        case StepKind::Accumulate: {
+          what = "accumulate";
+          for (int a : st.accums) what += " " + bg.ops[a].name;
+          break;
+        }
+        case StepKind::Save:
+          what = "save " + bg.ops[st.op].name;
+          break;
+        case StepKind::Spill:
+          what = "spill " + bg.ops[st.op].name;
+          break;
+        case StepKind::Barrier:
+          what = "barrier";
+          break;
+      }
+      steps += fmt::format("{}{}:{}", steps.empty() ? "" : ", ", ph, what);
+    }
+    out += "  steps: " + steps + "\n";
+    for (const std::string& n : b.notes) out += "  note: " + n + "\n";
+  }
+  return out;
+}
+
+}  // namespace kiln

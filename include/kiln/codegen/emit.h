@@ -1,0 +1,68 @@
+// The CUDA emitter: turns a kernel graph (a spec or any μGraph) into one standalone .cu file,
+// and writes the GPU harness that checks and times it.
+//
+// The emitted file needs only the CUDA toolkit: the runtime headers (runtime/*.cuh) and the
+// codegen device library (codegen/kiln_cg.cuh) are inlined into it. It exports, for a graph named
+// NAME with inputs in0.. and outputs out0.. in graph order,
+//
+//   extern "C" size_t kiln_NAME_workspace_bytes(void);
+//   extern "C" cudaError_t kiln_NAME(const void* in0, ..., void* out0, ..., void* workspace,
+//                                    cudaStream_t stream);
+//
+// All pointers are device pointers, 16-byte aligned, to dense row-major tensors of the graph's
+// shapes and dtypes; `workspace` holds kiln_NAME_workspace_bytes() bytes (may be null when that
+// is 0) and is owned by the call until the stream reaches its end. The launch function only
+// enqueues work on `stream` (it is CUDA-graph capturable) and returns the first launch error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/codegen/schedule.h"
+#include "kiln/ir/kernel_graph.h"
+
+namespace kiln {
+
+struct EmitOptions {
+  Arch arch = Arch::Sm90a;      // the schedule is tuned for this target; the file builds for both
+  std::string verdict;          // the verifier's verdict line, copied into the header comment
+  std::string source;           // where the graph came from (file name), for the header comment
+  bool include_listing = true;  // μGraph listing and schedule in the header comment
+};
+
+// Emits the .cu for g, planning its schedule for opt.arch.
+std::string emit_cuda(const KernelGraph& g, const EmitOptions& opt = {});
+// Emits the .cu for g with a given schedule (from plan_schedule(g, ...)).
+std::string emit_cuda(const KernelGraph& g, const Schedule& s, const EmitOptions& opt);
+
+struct HarnessOptions {
+  EmitOptions emit;
+  uint64_t seed = 1;            // first check's seed (the documented generator, interp.h)
+  int checks = 2;               // correctness checks, seeds seed, seed + 1, ...
+  int repeats = 30;             // timed graph replays; the median is reported
+  int min_calls = 20;           // calls per captured graph (at least one full input rotation)
+  int64_t l2_bytes = 50 << 20;  // input copies rotate over more than twice this
+};
+
+// Emits a standalone .cu with main(): the candidate's kernels (emit_cuda(candidate)), a float64
+// reference built from `spec` (simple generic kernels, one per predefined op), inputs from the
+// documented seeded generator, a check of every output against the spec tolerance (outputs
+// poisoned with NaN first), and CUDA-graph timing with inputs rotating through enough copies to
+// defeat L2. Prints one line per run:
+//   KILN_RESULT name=NAME ok=0|1 err=MAX_REL_ERR us=MEDIAN_US calls=N copies=C
+// and exits 1 on a mismatch, 2 on a CUDA error. Arguments: --check-only, --seed S, --repeats R.
+// candidate and spec must have the same inputs and outputs (shapes, dtypes, order).
+std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
+                         const HarnessOptions& opt = {});
+
+// The nvcc command that builds an emitted file: an object for sm_90a and sm_80 when `out` ends
+// in .o, else an executable (harness) for `arch` only.
+std::string nvcc_command(const std::string& cu_path, const std::string& out, Arch arch,
+                         bool both_archs = true);
+
+// Text of the runtime and codegen device headers, in inlining order (read once from the source
+// tree: $KILN_SOURCE_DIR, else the tree this library was built from).
+const std::string& device_library_text();
+
+}  // namespace kiln

@@ -1,0 +1,144 @@
+// The layout/schedule optimizer: decides how each kernel of a μGraph runs before the emitter
+// writes any CUDA. For a graph-defined op it fixes, for every block op, where its tile lives
+// (shared memory at an offset with a padded row pitch, a per-block slice of the workspace when
+// shared memory is short, registers for accumulators, or nowhere: recomputed inline in its single
+// consumer), which threads compute which element (a distribution: strided elements, lane groups
+// for reductions, or the mma.sync fragment layout of a warp partition), whether a matmul runs on
+// tensor cores, the cp.async pipeline depth of loop inputs, the order of steps and the barriers
+// between them. For the kernel graph it places intermediate tensors in the workspace and picks a
+// strategy for every predefined op.
+//
+// The emitter implements exactly what the schedule says; the schedule never changes semantics,
+// only placement and order (block_graph.h's comment is the semantics).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/kernel_graph.h"
+#include "kiln/ir/target.h"
+
+namespace kiln {
+
+// Where a block op's tile lives.
+enum class TileHome : uint8_t {
+  Smem,       // shared memory at TilePlan::offset (input tiles in their dtype, others float32)
+  Global,     // a per-block slice of the workspace (float32), when shared memory is short
+  Registers,  // an accumulator, held by the threads its distribution names
+  Inline,     // recomputed where read: elementwise chains, transposes, size-1 reductions
+  Root,       // a matmul/reduction computed inside its single consumer's step (epilogue fusion)
+  Feed,       // consumed only by accumulators: computed inside the accumulation step
+  None,       // output savers
+};
+const char* tile_home_name(TileHome h);
+
+// Which thread computes which element of a step's tile.
+enum class DistKind : uint8_t {
+  Group,  // element o belongs to lane group o % (T / group), slot o / (T / group); the group's
+          // `group` lanes cooperate (reductions) and its first lane holds the value
+  Mma,    // the accumulator fragments of an m16n8k16 warp partition of a [batch, m, n] product
+};
+struct Distribution {
+  DistKind kind = DistKind::Group;
+  int group = 1;
+  int64_t numel = 1;  // elements of the tile (Group) / of the product (Mma)
+  // Mma: product extents, warps along (batch, m16 tiles, n8 tiles, k), tiles per warp.
+  int64_t batch = 1, m = 1, n = 1;
+  int wb = 1, wm = 1, wn = 1, ks = 1;
+  int bw = 1, mtw = 1, ntw = 1;
+  int slots(int threads) const;  // registers per thread for one float per element
+  bool operator==(const Distribution&) const = default;
+  std::string str() const;
+};
+
+// A matmul on tensor cores.
+struct MmaPlan {
+  bool use = false;
+  DType dtype = DType::F16;  // operand type of the mma (f16 or bf16)
+  bool a_ldmatrix = false, b_ldmatrix = false;
+  bool a_trans = false;  // A is read as a transposed view (ldmatrix.trans)
+  bool b_nk = false;     // B is read as a transposed view (N x K rows, plain ldmatrix)
+  bool lossy = false;    // a float32 operand is rounded to `dtype`
+};
+
+struct TilePlan {
+  TileHome home = TileHome::Inline;
+  int64_t offset = -1;           // Smem: byte offset in dynamic shared memory; Global: in slice
+  int64_t bytes = 0;             // one stage
+  int stages = 1;                // Loop-stage input tiles: pipeline depth
+  std::vector<int64_t> strides;  // element strides of the stored tile (last dim may be padded)
+  int load_vec = 0;              // Input: elements per copy chunk
+  bool async = false;            // Input: chunks are cp.async copies
+  Distribution dist;             // Registers, and the step that computes Feed/Root/Smem tiles
+  MmaPlan mma;                   // matmuls computed on tensor cores
+  bool spill = false;            // Registers: copied to shared memory after the loop
+  int64_t spill_offset = -1;
+  bool spill_global = false;
+  std::vector<int64_t> spill_strides;
+  int root = -1;  // Smem/Global/Feed tiles and savers: the matmul/reduction their step runs
+  std::string note;
+};
+
+enum class Phase : uint8_t { Pre, Loop, Post };
+enum class StepKind : uint8_t {
+  Load,        // issue the copies of input tile `op` (invariant: once; loop: prefetch)
+  Compute,     // materialize tile `op` (Smem/Global)
+  Accumulate,  // evaluate feed `op` and fold it into accumulators `accums`
+  Save,        // output saver `op`
+  Spill,       // copy accumulator `op` from registers to shared memory
+  Barrier,     // __syncthreads()
+};
+struct Step {
+  StepKind kind;
+  Phase phase;
+  int op = -1;
+  std::vector<int> accums;
+};
+
+struct BlockSchedule {
+  std::vector<TilePlan> tiles;  // one per block op
+  std::vector<Step> steps;      // Pre steps, then the loop body, then Post steps
+  int pipeline_stages = 1;
+  int64_t smem_bytes = 0;       // dynamic shared memory of the kernel
+  int64_t smem_rule_bytes = 0;  // what the resource rule counts
+  int64_t smem_budget = 0;      // what the target allows
+  int64_t global_bytes_per_block = 0;
+  int regs_estimate = 0;  // accumulator and fragment floats per thread
+  bool lossy_mma_ok = false;
+  int barriers_per_iteration = 0;
+  std::vector<std::string> notes;
+};
+
+// How one kernel-graph op runs.
+struct KernelPlan {
+  int op = -1;
+  std::string kernel;    // CUDA symbol stem, unique in the file
+  std::string strategy;  // predefined ops: "elementwise v8", "gemm_tc 128x128x32 s3", ...
+  std::shared_ptr<BlockSchedule> block;  // graph-defined ops
+  // Predefined matmul / reductions: launch parameters the emitter needs.
+  int64_t grid = 0;
+  int threads = 0;
+  int64_t smem = 0;
+  int splits = 1;               // gemv split-K
+  int64_t scratch_offset = -1;  // workspace bytes the kernel needs for itself
+  int64_t scratch_bytes = 0;
+};
+
+struct Schedule {
+  Arch arch = Arch::Sm90a;
+  std::vector<KernelPlan> kernels;     // one per kernel-graph op, in order
+  std::vector<int64_t> tensor_offset;  // workspace byte offset per tensor, -1 if not there
+  int64_t workspace_bytes = 0;
+  int64_t block_scratch_offset = -1;  // start of per-block Global tiles (shared by kernels)
+};
+
+// Plans every kernel of g for target t. Throws UserError(Unsupported) for what the emitter cannot
+// implement (none known), never for valid graphs.
+Schedule plan_schedule(const KernelGraph& g, const Target& t);
+
+// The schedule as text: one paragraph per kernel, for the .cu header and `kiln emit --schedule`.
+std::string schedule_to_text(const KernelGraph& g, const Schedule& s);
+
+}  // namespace kiln
