@@ -27,7 +27,7 @@ struct AccumSum {
 };
 
 struct AccumMax {
-  float acc = -__builtin_huge_valf();
+  float acc = -KILN_INF;
   KILN_DEV void update(float v) { acc = fmaxf(acc, v); }
   KILN_DEV void merge(const AccumMax& o) { acc = fmaxf(acc, o.acc); }
 };
@@ -35,7 +35,7 @@ struct AccumMax {
 // exp(m_from - m_to) with m_to >= m_from, and 0 when m_from is -inf. ex2.approx of a
 // non-positive argument: relative error about |m_from - m_to| * 2^-22, far under f32 tolerance.
 KILN_DEV float rescale_factor(float m_from, float m_to) {
-  return m_from == -__builtin_huge_valf() ? 0.0f : __expf(m_from - m_to);
+  return m_from == -KILN_INF ? 0.0f : __expf(m_from - m_to);
 }
 
 // Rescale coefficients for one online-softmax step: on return m_run is max(m_run, m_tile),
@@ -50,7 +50,7 @@ KILN_DEV void online_rescale(float& m_run, float m_tile, float& a, float& b) {
 // N accumulators that share one running max (a row of softmax·V, or N = 1 for a denominator).
 template <int N>
 struct AccumRescale {
-  float m = -__builtin_huge_valf();
+  float m = -KILN_INF;
   float acc[N];
 
   KILN_DEV AccumRescale() {

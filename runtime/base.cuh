@@ -6,12 +6,30 @@
 // header is guarded, and every include of a sibling header is wrapped in that sibling's guard,
 // so the concatenation compiles as is without a runtime/ directory on the include path.
 // Targets: sm_80 and newer (cp.async, ldmatrix, bf16 mma); sm_90 adds the bulk-copy engine.
+// The headers also compile under NVRTC (for in-process profiling): host-side helpers (launchers,
+// planning) sit behind #ifndef __CUDACC_RTC__.
 #ifndef KILN_RT_BASE_CUH
 #define KILN_RT_BASE_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#if defined(__CUDACC_RTC__)
+// NVRTC has no <stdint.h>; these are the LP64 types it would give.
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+typedef unsigned long long uintptr_t;
+#else
 #include <stdint.h>
+#endif
+
+// +infinity as a float constant, usable in device code and in default member initializers.
+#if defined(__CUDACC_RTC__)
+#define KILN_INF (__int_as_float(0x7f800000))
+#else
+#define KILN_INF (__builtin_huge_valf())
+#endif
 
 #define KILN_DEV __device__ __forceinline__
 #define KILN_HD __host__ __device__ __forceinline__

@@ -167,8 +167,8 @@ struct LeakyRelu {
 };
 // clamp(x, lo, hi); an absent bound is -inf / +inf.
 struct Clamp {
-  float lo = -__builtin_huge_valf();
-  float hi = __builtin_huge_valf();
+  float lo = -KILN_INF;
+  float hi = KILN_INF;
   KILN_DEV float operator()(float x) const { return fminf(fmaxf(x, lo), hi); }
 };
 

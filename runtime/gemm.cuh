@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
             [&](float v, int r, int col) { return epi(v, m0 + r, n0 + col); });
 }
 
+#ifndef __CUDACC_RTC__
 // Launches gemm_kernel (sets the dynamic shared-memory limit on first use).
 template <class Cfg, typename TO, class Epi>
 inline cudaError_t gemm_launch(const typename Cfg::Elem* A, int64_t lda,
@@ -119,6 +120,7 @@ inline cudaError_t gemm_launch(const typename Cfg::Elem* A, int64_t lda,
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
   return cudaGetLastError();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace rt
 }  // namespace kiln

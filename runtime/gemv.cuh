@@ -46,6 +46,9 @@
 #ifndef KILN_RT_MMA_CUH
 #include "mma.cuh"
 #endif
+#ifndef KILN_RT_REDUCE_CUH
+#include "reduce.cuh"
+#endif
 
 namespace kiln {
 namespace rt {
@@ -80,10 +83,13 @@ KILN_DEV uint2 ld_ro_64(const void* p) {
 // weights sharing X, e.g. gate and up projections). The warp walks k-steps of 16 rows starting
 // at k_begin + 16 * phase, every 16 * stride rows, while below k_end, UNROLL steps per batch of
 // loads. Columns >= N and rows >= M are zero. All 32 lanes call it with warp-uniform arguments.
-template <typename T, int MT, int NW, int UNROLL>
-KILN_DEV void gemv_mainloop(GemvAcc<MT> (&acc)[NW], const T* __restrict__ X, int64_t ldx, int M,
-                            const T* __restrict__ W0, const T* __restrict__ W1, int64_t ldw, int N,
-                            int n_warp, int k_begin, int k_end, int phase, int stride) {
+// With ROWSQ, rowsq[mt] also accumulates the squares of the X values the lane loaded (row
+// 8 mt + lane / 4), for rms_norm(X) W = diag(1 / rms(X)) (X W); see gemv_rowsq_block.
+template <typename T, int MT, int NW, int UNROLL, bool ROWSQ = false>
+KILN_DEV void gemv_mainloop(GemvAcc<MT> (&acc)[NW], float (&rowsq)[MT], const T* __restrict__ X,
+                            int64_t ldx, int M, const T* __restrict__ W0, const T* __restrict__ W1,
+                            int64_t ldw, int N, int n_warp, int k_begin, int k_end, int phase,
+                            int stride) {
   static_assert(NW == 1 || NW == 2, "one or two weights");
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int n = n_warp + 8 * g;
@@ -118,6 +124,15 @@ KILN_DEV void gemv_mainloop(GemvAcc<MT> (&acc)[NW], const T* __restrict__ X, int
     wp0 += w_batch;
     wp1 += w_batch;
     xp += step * UNROLL;
+    if constexpr (ROWSQ) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float2 a = unpack2<T>(x[u][mt].x), b = unpack2<T>(x[u][mt].y);
+          rowsq[mt] += a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y;
+        }
+    }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -180,16 +195,38 @@ KILN_DEV void gemv_block_reduce(GemvAcc<MT> (&acc)[NW], float* smem) {
   }
 }
 
+// Folds the lanes' rowsq partials into per-row block totals (the block's k-range): returns, in
+// thread tid < MT * 8, the sum for batch row tid (0 elsewhere). Only the wn = 0 warps count,
+// since every column slab loads the same X. srow: WARPS_K * MT * 8 floats of shared memory.
+// Every thread of the block calls it.
+template <int MT, int WARPS_N, int WARPS_K>
+KILN_DEV float gemv_rowsq_block(float (&rowsq)[MT], float* srow) {
+  const int lane = lane_id(), warp = warp_id();
+  const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = warp_sum<4>(rowsq[mt]);  // over the quad's k
+  if (wn == 0 && (lane & 3) == 0)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) srow[(wk * MT + mt) * 8 + (lane >> 2)] = rowsq[mt];
+  __syncthreads();
+  float r = 0.0f;
+  if (threadIdx.x < MT * 8)
+    for (int q = 0; q < WARPS_K; ++q) r += srow[q * MT * 8 + threadIdx.x];
+  return r;
+}
+
 // Split-K across the gridDim.y blocks of one column block. ws: this column block's workspace,
-// splits * WARPS_N * NW * MT * 512 floats; counter: its arrival counter (0 between launches).
+// splits * (WARPS_N * NW * MT * 512 + MT * 8) floats; counter: its arrival counter (0 between
+// launches). ROWS > 0: thread tid < ROWS also publishes `row` (gemv_rowsq_block's value) and, in
+// the last block, gets back the sum over all splits.
 // Returns true (block-uniform) in the last block to arrive. There every warp (wn, wk) holds the
 // sum of the splits s = wk, wk + WARPS_K, ... (zero if none), so that all warps share the
 // L2 round trips; gemv_block_reduce then folds them into the wk = 0 warps. The order of the
 // sums is fixed, so results are deterministic. Every thread of the block calls it, after
 // gemv_block_reduce (only the wk = 0 warps' values are published).
-template <int MT, int NW, int WARPS_N, int WARPS_K>
-KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter, int split,
-                                 int splits) {
+template <int MT, int NW, int WARPS_N, int WARPS_K, int ROWS = 0>
+KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float& row, float* ws, int* counter,
+                                 int split, int splits) {
   __shared__ int s_last;
   constexpr int kVec = NW * MT * 4;  // float4 per lane per split: (v, mt, j) -> c[j][mt].x[0..3]
   const int lane = lane_id(), warp = warp_id();
@@ -205,8 +242,10 @@ KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter
           const FragC& c = acc[v].c[j][mt];
           __stcg(p + ((v * MT + mt) * 4 + j) * 32, make_float4(c.x[0], c.x[1], c.x[2], c.x[3]));
         }
-    __threadfence();
   }
+  float* ws_rows = ws + int64_t(splits) * WARPS_N * kVec * 32 * 4;
+  if (ROWS > 0 && threadIdx.x < ROWS) __stcg(ws_rows + split * ROWS + threadIdx.x, row);
+  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == splits - 1;
   __syncthreads();
@@ -229,27 +268,44 @@ KILN_DEV bool gemv_splitk_reduce(GemvAcc<MT> (&acc)[NW], float* ws, int* counter
           c.x[0] += q.x, c.x[1] += q.y, c.x[2] += q.z, c.x[3] += q.w;
         }
   }
+  if (ROWS > 0 && threadIdx.x < ROWS) {
+    row = 0.0f;
+    for (int s = 0; s < splits; ++s) row += __ldcg(ws_rows + s * ROWS + threadIdx.x);
+  }
   if (threadIdx.x == 0) *counter = 0;
   return true;
 }
 
-// Epilogue functors: float(float v0, float v1, int m, int n) const, where v0 (and v1 for NW = 2)
-// are the f32 sums for batch row m, column n.
+// Epilogue functors: float(float v0, float v1, int m, int n, float rowsq) const, where v0 (and
+// v1 for NW = 2) are the f32 sums for batch row m, column n, and rowsq is sum_k X[m][k]^2 when
+// the functor sets kRowSumSq (0 otherwise; computing it costs a little, so it is opt-in).
 struct GemvIdentity {
-  KILN_DEV float operator()(float v0, float, int, int) const { return v0; }
+  static constexpr bool kRowSumSq = false;
+  KILN_DEV float operator()(float v0, float, int, int, float) const { return v0; }
 };
 // silu(X W0) * (X W1): the gated MLP.
 struct GemvSiluMul {
-  KILN_DEV float operator()(float v0, float v1, int, int) const {
+  static constexpr bool kRowSumSq = false;
+  KILN_DEV float operator()(float v0, float v1, int, int, float) const {
     return v0 / (1.0f + expf(-v0)) * v1;
+  }
+};
+// rms_norm(X) W without weight: (X W)[m][n] / sqrt(mean_k X[m][k]^2 + eps); inv_k = 1 / K.
+struct GemvRmsNorm {
+  static constexpr bool kRowSumSq = true;
+  float inv_k;
+  float eps;
+  KILN_DEV float operator()(float v0, float, int, int, float rowsq) const {
+    return v0 * rsqrtf(rowsq * inv_k + eps);
   }
 };
 
 // out[m, n .. n+8) <- epi(...) for the lane's rows m < M; one 16-byte store per row (two for
-// f32). Called by the warp that holds the final sums.
+// f32). Called by the warp that holds the final sums; rowsq[m] (read only if Epi::kRowSumSq)
+// is the row's sum of squares.
 template <typename TO, int MT, int NW, class Epi>
 KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int M, int N,
-                         int n_warp, const Epi& epi) {
+                         int n_warp, const float* rowsq, const Epi& epi) {
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int n = n_warp + 8 * g;
   if (n >= N) return;
@@ -259,13 +315,14 @@ KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int
     for (int e = 0; e < 2; ++e) {
       const int m = 8 * mt + 2 * t + e;
       if (m >= M) continue;
+      const float sq = Epi::kRowSumSq ? rowsq[m] : 0.0f;
       float y[8];
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float v1 = NW > 1 ? acc[NW - 1].c[j][mt].x[2 * h + e] : 0.0f;
-          y[2 * j + h] = epi(acc[0].c[j][mt].x[2 * h + e], v1, m, n + 2 * j + h);
+          y[2 * j + h] = epi(acc[0].c[j][mt].x[2 * h + e], v1, m, n + 2 * j + h, sq);
         }
       TO* p = out + m * ldo + n;
 #pragma unroll
@@ -283,7 +340,11 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
                 const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo, int M,
                 int N, int K, int k_chunk, float* __restrict__ ws, int* __restrict__ counters,
                 Epi epi) {
+  constexpr bool kRows = Epi::kRowSumSq;
+  constexpr int kRowsN = kRows ? MT * 8 : 0;
   __shared__ float red[WARPS_K > 1 ? (WARPS_K - 1) * WARPS_N * 512 : 1];
+  __shared__ float srow[kRows ? WARPS_K * MT * 8 : 1];
+  __shared__ float srow_final[kRows ? MT * 8 : 1];
   const int warp = warp_id();
   const int wn = warp % WARPS_N, wk = warp / WARPS_N;
   const int n_warp = (blockIdx.x * WARPS_N + wn) * 64;
@@ -291,22 +352,33 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   const int k_begin = split * k_chunk, k_end = min_i(K, k_begin + k_chunk);
 
   GemvAcc<MT> acc[NW];
+  float rowsq[MT];
 #pragma unroll
   for (int v = 0; v < NW; ++v) acc[v].zero();
-  gemv_mainloop<T, MT, NW, UNROLL>(acc, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin, k_end, wk,
-                                   WARPS_K);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = 0.0f;
+  gemv_mainloop<T, MT, NW, UNROLL, kRows>(acc, rowsq, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin,
+                                          k_end, wk, WARPS_K);
   gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
+  float row = 0.0f;
+  if constexpr (kRows) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
   if (splits > 1) {
-    float* wsb = ws + static_cast<int64_t>(blockIdx.x) * splits * WARPS_N * NW * MT * 512;
-    if (!gemv_splitk_reduce<MT, NW, WARPS_N, WARPS_K>(acc, wsb, counters + blockIdx.x, split,
-                                                      splits))
+    const int64_t per_split = WARPS_N * NW * MT * 512 + MT * 8;
+    float* wsb = ws + static_cast<int64_t>(blockIdx.x) * splits * per_split;
+    if (!gemv_splitk_reduce<MT, NW, WARPS_N, WARPS_K, kRowsN>(acc, row, wsb, counters + blockIdx.x,
+                                                              split, splits))
       return;
     gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
   }
-  if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, epi);
+  if constexpr (kRows) {
+    if (threadIdx.x < MT * 8) srow_final[threadIdx.x] = row;
+    __syncthreads();
+  }
+  if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi);
 }
 
 // ---- Host-side planning ------------------------------------------------------------------------
+#ifndef __CUDACC_RTC__
 
 inline int gemv_col_blocks(int N, int warps_n) {
   return ceil_div(N, 64 * warps_n);
@@ -314,7 +386,9 @@ inline int gemv_col_blocks(int N, int warps_n) {
 
 // Float32 workspace for split-K (0 when splits == 1).
 inline int64_t gemv_workspace_floats(int N, int warps_n, int splits, int mt, int nw) {
-  return splits > 1 ? int64_t(gemv_col_blocks(N, warps_n)) * splits * warps_n * nw * mt * 512 : 0;
+  return splits > 1
+             ? int64_t(gemv_col_blocks(N, warps_n)) * splits * (warps_n * nw * mt * 512 + mt * 8)
+             : 0;
 }
 
 // Rows of K per split for a given split count: a multiple of 16 covering K.
@@ -357,6 +431,7 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1
                                                     ws, counters, epi);
   return cudaGetLastError();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace rt
 }  // namespace kiln

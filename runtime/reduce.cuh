@@ -20,7 +20,7 @@ struct SumOp {
 };
 struct MaxOp {
   KILN_DEV float operator()(float a, float b) const { return fmaxf(a, b); }
-  KILN_DEV static float identity() { return -__builtin_huge_valf(); }
+  KILN_DEV static float identity() { return -KILN_INF; }
 };
 
 // Reduces v over aligned groups of WIDTH consecutive lanes (WIDTH a power of two <= 32); every

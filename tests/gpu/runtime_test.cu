@@ -763,8 +763,9 @@ static void test_mma() {
 // ---- gemv.cuh ----------------------------------------------------------------------------------
 
 struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
+  static constexpr bool kRowSumSq = false;
   const float* row_scale;
-  __device__ float operator()(float v0, float, int m, int n) const {
+  __device__ float operator()(float v0, float, int m, int n, float) const {
     return v0 * row_scale[m] + 0.001f * float(n % 97);
   }
 };
@@ -796,8 +797,10 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
     std::vector<double> acc0(N), acc1(N);
     for (int m = 0; m < M; ++m) {
       std::fill(acc0.begin(), acc0.end(), 0.0), std::fill(acc1.begin(), acc1.end(), 0.0);
+      double sumsq = 0;
       for (int k = 0; k < K; ++k) {
         const double xv = h2f(X[size_t(m) * ldx + k]);
+        sumsq += xv * xv;
         const T* w0 = &W0[size_t(k) * ldw];
         const T* w1 = &W1[size_t(k) * ldw];
         for (int n = 0; n < N; ++n) acc0[n] += xv * h2f(w0[n]);
@@ -809,6 +812,7 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
         if constexpr (std::is_same_v<Epi, GemvSiluMul>) y = y / (1.0 + std::exp(-y)) * acc1[n];
         if constexpr (std::is_same_v<Epi, GemvEpiCoords>)
           y = y * h_row_scale[m] + double(0.001f * float(n % 97));
+        if constexpr (std::is_same_v<Epi, GemvRmsNorm>) y = y / std::sqrt(sumsq / K + 1e-6);
         ref[size_t(m) * ldo + n] = y;
       }
       for (int n = N; n < ldo; ++n) {
@@ -851,6 +855,11 @@ static void test_gemv_all() {
                                      scale.data());
   test_gemv<H, float, 4, 1, 1, 8, 2>(30, 200, 512, 1, GemvEpiCoords{dscale.p}, "coords",
                                      scale.data());
+  // rms_norm(X) W fused: row sums of squares gathered in the stream, across warps and splits.
+  test_gemv<H, H, 1, 1, 2, 4, 2>(2, 1032, 4096, 1, GemvRmsNorm{1.0f / 4096, 1e-6f}, "rmsnorm");
+  test_gemv<H, H, 1, 1, 2, 4, 2>(2, 1032, 4096, 6, GemvRmsNorm{1.0f / 4096, 1e-6f}, "rmsnorm");
+  test_gemv<H, float, 4, 1, 2, 4, 1>(32, 264, 4100, 5, GemvRmsNorm{1.0f / 4100, 1e-6f}, "rmsnorm");
+  test_gemv<BF, BF, 2, 1, 4, 2, 2>(9, 520, 2048, 3, GemvRmsNorm{1.0f / 2048, 1e-6f}, "rmsnorm");
 }
 
 // ---- Timing ------------------------------------------------------------------------------------
@@ -907,11 +916,13 @@ static void time_copy() {
 struct GemvShape {
   const char* name;
   int M, N, K, nw;
+  bool rmsnorm = false;  // also time the fused rms_norm epilogue
 };
 
 template <int MT, int NW, int WN, int WK, int U, int MINB, class Epi>
 void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, __half* X,
-                   __half* const* W, __half* out, float* ws, int* cnt, double wave_mult) {
+                   __half* const* W, __half* out, float* ws, int* cnt, double wave_mult,
+                   Epi epi = Epi(), const char* tag = "") {
   auto kernel = gemv_kernel<__half, __half, MT, NW, WN, WK, U, MINB, Epi>;
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * WN * WK, 0));
@@ -929,15 +940,16 @@ void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, _
     const __half* w0 = W[c];
     const __half* w1 = NW > 1 ? W[c] + wsz : W[c];
     CK((gemv_launch<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(
-        X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, ws, cnt, st)));
+        X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, ws, cnt, st, epi)));
   };
   const double us = time_us(call, 20);
   const double bytes = double(NW) * wsz * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
   const double gbps = bytes / (us * 1e3);
   printf(
-      "TIME gemv %-34s mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s %5.1f%% of "
+      "TIME gemv %-36s%s mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s %5.1f%% "
+      "of "
       "3.0 TB/s %5.1f%% of copy\n",
-      s.name, MT, WN, WK, U, MINB, gemv_col_blocks(s.N, WN), splits, per_sm, us, gbps,
+      s.name, tag, MT, WN, WK, U, MINB, gemv_col_blocks(s.N, WN), splits, per_sm, us, gbps,
       100.0 * gbps / 3000.0, 100.0 * gbps / g_copy_gbps);
 }
 
@@ -966,11 +978,17 @@ void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
     time_gemv_cfg<MT, 1, 1, 8, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 4, 2, 2, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 2, 4, 4, 1, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    if (s.rmsnorm)
+      time_gemv_cfg<MT, 1, 2, 4, 2, 2>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0,
+                                       GemvRmsNorm{1.0f / s.K, 1e-6f}, " +rms");
   } else if constexpr (NW == 1) {
     time_gemv_cfg<MT, 1, 2, 4, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 2, 4, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
     time_gemv_cfg<MT, 1, 1, 8, 1, 2, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 1, 2, 4, 2, 1, GemvIdentity>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+    if (s.rmsnorm)
+      time_gemv_cfg<MT, 1, 2, 4, 1, 2>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0,
+                                       GemvRmsNorm{1.0f / s.K, 1e-6f}, " +rms");
   } else {
     time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
@@ -1002,9 +1020,9 @@ static void time_gemm(const cudaDeviceProp&) {
 static void timing(const cudaDeviceProp& prop) {
   time_copy();
   // Benchmark-suite shapes (benchmarks.md): rmsnorm_linear (m = 2 bs), gated_mlp, skinny_gemm.
-  time_gemv_shape<1, 1>({"rmsnorm_linear bs1 2x4096*4096x6144", 2, 6144, 4096, 1}, prop);
-  time_gemv_shape<2, 1>({"rmsnorm_linear bs8 16x4096*4096x6144", 16, 6144, 4096, 1}, prop);
-  time_gemv_shape<4, 1>({"rmsnorm_linear bs16 32x4096*4096x6144", 32, 6144, 4096, 1}, prop);
+  time_gemv_shape<1, 1>({"rmsnorm_linear bs1 2x4096*4096x6144", 2, 6144, 4096, 1, true}, prop);
+  time_gemv_shape<2, 1>({"rmsnorm_linear bs8 16x4096*4096x6144", 16, 6144, 4096, 1, true}, prop);
+  time_gemv_shape<4, 1>({"rmsnorm_linear bs16 32x4096*4096x6144", 32, 6144, 4096, 1, true}, prop);
   time_gemv_shape<1, 2>({"gated_mlp m1 1x4096*2x4096x4096", 1, 4096, 4096, 2}, prop);
   time_gemv_shape<2, 2>({"gated_mlp m16 16x4096*2x4096x4096", 16, 4096, 4096, 2}, prop);
   time_gemv_shape<1, 1>({"skinny m1 1x16384*16384x2304", 1, 2304, 16384, 1}, prop);
