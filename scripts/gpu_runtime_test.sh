@@ -11,7 +11,7 @@ mkdir -p "$out"
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 arch="${KILN_GPU_ARCH:-}"
 if [ -z "$arch" ]; then
-  cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+  cc="$( (nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true) | head -1 | tr -d ' .')"
   case "$cc" in
     90) arch=90a ;;
     "") arch=90a ;;
@@ -30,6 +30,6 @@ if command -v cuobjdump >/dev/null; then
   echo "gpu_runtime_test: SASS opcode counts (whole binary):"
   cuobjdump -sass "$out/runtime_test" | grep -oE \
     '(LDG\.E[A-Z.]*\.128[A-Z.]*|HMMA\.[0-9A-Z.]+|HGMMA[A-Z0-9.]*|LDSM[A-Z0-9.]*|LDGSTS[A-Z0-9.]*|UBLKCP[A-Z.]*|SYNCS[A-Z0-9.]*|LDL[A-Z0-9.]*|STL[A-Z0-9.]*)' |
-    sort | uniq -c | sed 's/^/  /'
+    sort | uniq -c | sed 's/^/  /' || true
 fi
 "$out/runtime_test"
