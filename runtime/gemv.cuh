@@ -216,7 +216,7 @@ KILN_DEV float gemv_rowsq_block(float (&rowsq)[MT], float* srow) {
 }
 
 // Split-K across the gridDim.y blocks of one column block. ws: this column block's workspace,
-// splits * (WARPS_N * NW * MT * 512 + MT * 8) floats; counter: its arrival counter (0 between
+// splits * (WARPS_N * NW * MT * 512 + ROWS) floats; counter: its arrival counter (0 between
 // launches). ROWS > 0: thread tid < ROWS also publishes `row` (gemv_rowsq_block's value) and, in
 // the last block, gets back the sum over all splits.
 // Returns true (block-uniform) in the last block to arrive. There every warp (wn, wk) holds the
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   float row = 0.0f;
   if constexpr (kRows) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
   if (splits > 1) {
-    const int64_t per_split = WARPS_N * NW * MT * 512 + MT * 8;
+    const int64_t per_split = WARPS_N * NW * MT * 512 + kRowsN;
     float* wsb = ws + static_cast<int64_t>(blockIdx.x) * splits * per_split;
     if (!gemv_splitk_reduce<MT, NW, WARPS_N, WARPS_K, kRowsN>(acc, row, wsb, counters + blockIdx.x,
                                                               split, splits))
@@ -384,11 +384,13 @@ inline int gemv_col_blocks(int N, int warps_n) {
   return ceil_div(N, 64 * warps_n);
 }
 
-// Float32 workspace for split-K (0 when splits == 1).
-inline int64_t gemv_workspace_floats(int N, int warps_n, int splits, int mt, int nw) {
-  return splits > 1
-             ? int64_t(gemv_col_blocks(N, warps_n)) * splits * (warps_n * nw * mt * 512 + mt * 8)
-             : 0;
+// Float32 workspace for split-K (0 when splits == 1): per column block and split, the partial
+// sums (warps_n * nw * mt * 512 floats) and, when the epilogue sets kRowSumSq, mt * 8 row sums.
+inline int64_t gemv_workspace_floats(int N, int warps_n, int splits, int mt, int nw,
+                                     bool rowsq = false) {
+  return splits > 1 ? int64_t(gemv_col_blocks(N, warps_n)) * splits *
+                          (warps_n * nw * mt * 512 + (rowsq ? mt * 8 : 0))
+                    : 0;
 }
 
 // Rows of K per split for a given split count: a multiple of 16 covering K.

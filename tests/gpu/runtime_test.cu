@@ -776,7 +776,7 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
   const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
   const int k_chunk = gemv_k_chunk(K, splits);
   const int real_splits = ceil_div(K, k_chunk);
-  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW);
+  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq);
   DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
   DBuf<TO> dout(size_t(M) * ldo);
   DBuf<float> dws(std::max<int64_t>(wsf, 1));
@@ -928,7 +928,7 @@ void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, _
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * WN * WK, 0));
   const int target = int(prop.multiProcessorCount * per_sm * wave_mult);
   const int splits = gemv_pick_splits(s.N, s.K, WN, WK, target, 128);
-  const int64_t need = gemv_workspace_floats(s.N, WN, splits, MT, NW);
+  const int64_t need = gemv_workspace_floats(s.N, WN, splits, MT, NW, Epi::kRowSumSq);
   if (need > int64_t(64) << 20) {
     printf("TIME %s: workspace too large, skipped\n", s.name);
     return;
