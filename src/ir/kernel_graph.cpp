@@ -19,6 +19,14 @@ bool is_valid_name(std::string_view n) {
 
 namespace {
 
+// A name as it may appear in a message: at most 64 characters, so that a hostile file cannot
+// make a message as large as itself. (Names that reach later messages have been validated.)
+std::string brief(std::string_view name) {
+  std::string out;
+  for (char c : name.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return name.size() > 64 ? out + "..." : out;
+}
+
 std::string operand(const std::vector<std::string>* names, size_t i, const char* fallback) {
   return names && i < names->size() ? (*names)[i] : std::string(fallback);
 }
@@ -172,7 +180,7 @@ bool KernelGraph::is_spec() const {
 
 KernelGraphBuilder::KernelGraphBuilder(std::string name, std::string doc, Arch arch) {
   if (!is_valid_name(name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid graph name \"{}\"", name),
+    throw UserError(ErrorCode::Name, fmt::format("invalid graph name \"{}\"", brief(name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
   g_.name = std::move(name);
   g_.doc = std::move(doc);
@@ -194,16 +202,20 @@ static void check_shape(const Shape& s) {
 
 int KernelGraphBuilder::add_tensor(TensorDesc t) {
   if (!is_valid_name(t.name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid name \"{}\"", t.name),
+    throw UserError(ErrorCode::Name, fmt::format("invalid name \"{}\"", brief(t.name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
-  if (g_.find_tensor(t.name) >= 0) user_error(ErrorCode::Name, "duplicate name \"{}\"", t.name);
+  if (tensor_ids_.count(t.name)) user_error(ErrorCode::Name, "duplicate name \"{}\"", t.name);
   check_shape(t.shape);
+  int id = static_cast<int>(g_.tensors.size());
+  tensor_ids_.emplace(t.name, id);
+  producer_.push_back(static_cast<int>(g_.ops.size()));  // the op about to be added, if any
   g_.tensors.push_back(std::move(t));
-  return static_cast<int>(g_.tensors.size()) - 1;
+  return id;
 }
 
 int KernelGraphBuilder::input(std::string name, Shape shape, DType dtype) {
   int id = add_tensor({std::move(name), std::move(shape), dtype});
+  producer_[id] = -1;
   g_.inputs.push_back(id);
   return id;
 }
@@ -221,7 +233,7 @@ int KernelGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, st
     shapes.push_back(g_.tensors[t].shape);
     names.push_back(g_.tensors[t].name);
     dtypes.push_back(g_.tensors[t].dtype);
-    int p = g_.producer(t);
+    int p = producer_[t];
     is_const.push_back(p >= 0 && g_.ops[p].kind == OpKind::Constant);
   }
   Shape out = infer_op_shape(kind, shapes, attrs, &names);
@@ -236,11 +248,10 @@ std::vector<int> KernelGraphBuilder::graph_defined(std::shared_ptr<const BlockGr
                                                    std::string kernel_name) {
   KILN_ASSERT(block != nullptr, "graph_defined without a block graph");
   if (!is_valid_name(kernel_name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid kernel name \"{}\"", kernel_name),
+    throw UserError(ErrorCode::Name, fmt::format("invalid kernel name \"{}\"", brief(kernel_name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
-  for (const KernelOp& o : g_.ops)
-    if (o.kind == OpKind::GraphDefined && o.name == kernel_name)
-      user_error(ErrorCode::Name, "duplicate kernel name \"{}\"", kernel_name);
+  if (kernel_names_.count(kernel_name))
+    user_error(ErrorCode::Name, "duplicate kernel name \"{}\"", kernel_name);
   if (inputs.size() != block->inputs.size())
     user_error(ErrorCode::Structure, "kernel {} has {} inputs but its block graph reads {}",
                kernel_name, inputs.size(), block->inputs.size());

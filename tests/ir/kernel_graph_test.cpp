@@ -123,3 +123,20 @@ TEST(Ops, TableIsConsistentAndNamesRoundTrip) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Building is linear in the number of ops: a 100k-op chain would take hours if name lookups or
+// producer queries scanned the graph (a spec file may hold that many nodes).
+TEST(KernelGraph, BuildingALongChainIsLinear) {
+  KernelGraphBuilder b("chain");
+  int t = b.input("X", {4}, DType::F16);
+  for (int i = 0; i < 100000; ++i) t = b.op(OpKind::Neg, {t}, {}, "n" + std::to_string(i));
+  b.output(t);
+  KernelGraph g = std::move(b).finish();
+  EXPECT_EQ(g.ops.size(), 100000u);
+}
+
+}  // namespace
+}  // namespace kiln

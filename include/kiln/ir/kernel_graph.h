@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/ir/block_graph.h"
@@ -60,6 +61,10 @@ class KernelGraphBuilder {
  private:
   int add_tensor(TensorDesc t);
   KernelGraph g_;
+  // Indexes that keep building linear in the graph's size (a spec may have many nodes).
+  std::unordered_map<std::string, int> tensor_ids_;
+  std::vector<int> producer_;  // per tensor id: index of its op, -1 for inputs
+  std::unordered_map<std::string, bool> kernel_names_;
 };
 
 // Shape and dtype inference for a predefined op over input descs, with attrs normalized in
