@@ -129,4 +129,36 @@ inline GraphPair gated_mlp(int64_t m, int64_t k, int64_t n, int64_t gm, int64_t 
   return {std::move(kb).finish(), std::move(sb).finish()};
 }
 
+// Attention with max subtraction, flash style: the grid splits the batch, the loop walks the
+// keys in chunks; per chunk S = q·k, m = rowmax(S), P = exp(S - m), and accum_rescale folds both
+// P·v and rowsum(P) to the running max; after the loop O = acc / l.
+inline GraphPair flash_attention(int64_t batch, int64_t rows, int64_t d, int64_t keys,
+                                 int64_t loops, DType dt = DType::F16) {
+  std::vector<TensorDesc> ins = {
+      {"Q", {batch, rows, d}, dt}, {"K", {batch, d, keys}, dt}, {"V", {batch, keys, d}, dt}};
+  KernelGraphBuilder kb("flash");
+  auto ids = add_inputs(kb, ins);
+  BlockGraphBuilder b({batch}, 128, {loops}, ins);
+  Attrs last;
+  last.dim = 2;
+  int q = b.input(0, {0}, {-1}, "q");
+  int k = b.input(1, {0}, {2}, "k");
+  int v = b.input(2, {0}, {1}, "v");
+  int sc = b.op(OpKind::MatMul, {q, k}, {}, "s");
+  int m = b.op(OpKind::Max, {sc}, last, "m");
+  int p = b.op(OpKind::Exp, {b.op(OpKind::Sub, {sc, m}, {}, "sm")}, {}, "p");
+  int l = b.op(OpKind::Sum, {p}, last, "l");
+  int pv = b.op(OpKind::MatMul, {p, v}, {}, "pv");
+  int acc = b.op(OpKind::AccumRescale, {pv, m}, {}, "acc");
+  int den = b.op(OpKind::AccumRescale, {l, m}, {}, "den");
+  b.output(b.op(OpKind::Div, {acc, den}, {}, "o"), {0}, {-1}, dt, "O");
+  kb.output(kb.graph_defined(share(std::move(b)), ids, "k_flash")[0]);
+
+  KernelGraphBuilder sb("attention");
+  auto s2 = add_inputs(sb, ins);
+  int a = sb.op(OpKind::Softmax, {sb.op(OpKind::MatMul, {s2[0], s2[1]}, {}, "S")}, {}, "A");
+  sb.output(sb.op(OpKind::MatMul, {a, s2[2]}, {}, "O"));
+  return {std::move(kb).finish(), std::move(sb).finish()};
+}
+
 }  // namespace kiln::testing

@@ -73,6 +73,25 @@ TEST(BlockWalk, OnlineSoftmaxWithRescaleEqualsSoftmax) {
   EXPECT_LE(relative_l2_error(got[0], want[0]), 1e-12);
 }
 
+TEST(BlockWalk, FlashAttentionWithRescaledAccumulators) {
+  expect_equivalent(testing::flash_attention(2, 16, 8, 64, 4));
+  expect_equivalent(testing::flash_attention(1, 8, 16, 96, 6, DType::BF16));
+}
+
+TEST(BlockWalk, AccumulatingAnInvariantTileMultipliesByTheIterationCount) {
+  std::vector<TensorDesc> ins = {{"X", {4, 8}, DType::F32}};
+  KernelGraphBuilder kb("inv_acc");
+  auto ids = testing::add_inputs(kb, ins);
+  BlockGraphBuilder b({2}, 128, {3, 2}, ins);
+  int x = b.input(0, {0}, {-1, -1}, "x");  // invariant [2, 8]
+  b.output(b.op(OpKind::AccumSum, {x}, {}, "acc"), {0}, {-1, -1}, DType::F32, "Y");
+  kb.output(kb.graph_defined(testing::share(std::move(b)), ids, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  auto in = random_inputs(g, 6);
+  auto out = evaluate(g, in)[0];
+  for (size_t i = 0; i < in[0].data.size(); ++i) ASSERT_EQ(out.data[i], 6 * in[0].data[i]);
+}
+
 TEST(BlockWalk, InLoopSaverWithFmap) {
   std::vector<TensorDesc> ins = {{"X", {8, 64}, DType::F32}};
   KernelGraphBuilder kb("inloop");

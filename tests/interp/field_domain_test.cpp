@@ -133,6 +133,10 @@ TEST(FieldDomain, OnlineSoftmaxIsExactThanksToTheExpHomomorphism) {
   expect_field_equal(testing::online_softmax(4, 96, 1, 6), true);
 }
 
+TEST(FieldDomain, FlashAttentionIsExact) {
+  expect_field_equal(testing::flash_attention(2, 16, 8, 64, 4), true);
+}
+
 TEST(FieldDomain, FusedGatedMlpIsExact) {
   expect_field_equal(testing::gated_mlp(16, 64, 32, 2, 2, 4), false);
 }

@@ -68,6 +68,8 @@ TEST(Partial, GraphDefinedKernels) {
   expect_rows_match(testing::split_k_matmul(64, 128, 96, 3, 4, 2).mugraph);
   expect_rows_match(testing::online_softmax(16, 64, 4, 4).mugraph);
   expect_rows_match(testing::gated_mlp(32, 64, 32, 4, 2, 4).mugraph);
+  expect_rows_match(testing::flash_attention(4, 8, 8, 32, 2).mugraph);
+  expect_rows_match(testing::flash_attention(4, 8, 8, 32, 2).spec);
 }
 
 TEST(Partial, PlanNarrowsRowsAndBlocks) {
