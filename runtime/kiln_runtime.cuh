@@ -32,6 +32,9 @@
 #ifndef KILN_RT_GEMM_CUH
 #include "gemm.cuh"
 #endif
+#ifndef KILN_RT_WGMMA_CUH
+#include "wgmma.cuh"
+#endif
 #ifndef KILN_RT_GEMV_CUH
 #include "gemv.cuh"
 #endif

@@ -14,7 +14,7 @@
 // RowMajor tile whose rows are a multiple of 128 bytes is 8-way conflicted. Fragment origins
 // (rows, k, n) are multiples of 8, k multiples of 16.
 //
-// wgmma (sm_90a) is not here yet: see docs/runtime.md.
+// The Hopper warpgroup path (wgmma, sm_90a) is in wgmma.cuh.
 #ifndef KILN_RT_MMA_CUH
 #define KILN_RT_MMA_CUH
 

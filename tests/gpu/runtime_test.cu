@@ -702,9 +702,10 @@ struct EpiBiasRelu {
   __device__ float operator()(float v, int, int n) const { return fmaxf(v + bias[n], 0.0f); }
 };
 
-template <class Cfg, typename TO, bool BIAS>
+// Cfg: a GemmConfig (mma.sync) or, with WGMMA, a WgmmaGemm (sm_90a).
+template <class Cfg, typename TO, bool BIAS, bool WGMMA = false>
 void test_gemm(int M, int N, int K) {
-  using T = typename Cfg::Elem;
+  using T = typename Cfg::TileA::Elem;
   const int lda = round_up(K, 8) + 8, ldb = round_up(N, 8), ldc = N + 2;
   auto A = random_vec<T>(size_t(M) * lda), B = random_vec<T>(size_t(K) * ldb);
   auto bias = random_vec<float>(N);
@@ -713,7 +714,11 @@ void test_gemm(int M, int N, int K) {
   DBuf<float> dbias(N);
   dA.upload(A), dB.upload(B), dbias.upload(bias);
   cudaError_t e;
-  if constexpr (BIAS) {
+  if constexpr (WGMMA && BIAS) {
+    e = wgmma_gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiBiasRelu{dbias.p}, 0);
+  } else if constexpr (WGMMA) {
+    e = wgmma_gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiIdentity(), 0);
+  } else if constexpr (BIAS) {
     e = gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiBiasRelu{dbias.p}, 0);
   } else {
     e = gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiIdentity(), 0);
@@ -741,8 +746,9 @@ void test_gemm(int M, int N, int K) {
   const double err = rel_l2(Cv, ref);
   const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
   char name[160];
-  snprintf(name, sizeof name, "gemm.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s", tname<T>(), M, N, K,
-           Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kStages, tname<TO>(), BIAS ? "_bias_relu" : "");
+  snprintf(name, sizeof name, "%s.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s", WGMMA ? "wgmma" : "gemm",
+           tname<T>(), M, N, K, Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kStages, tname<TO>(),
+           BIAS ? "_bias_relu" : "");
   report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
 }
 
@@ -758,6 +764,32 @@ static void test_mma() {
   test_gemm<GemmConfig<BF, 128, 128, 32, 2, 4, 3>, float, false>(130, 264, 264);
   test_gemm<GemmConfig<H, 64, 64, 32, 2, 2, 4>, float, true>(77, 40, 522);
   test_gemm<GemmConfig<BF, 64, 128, 64, 2, 2, 2>, BF, false>(65, 129, 100);
+}
+
+// Whether the device code was built with wgmma (sm_90a), asked of the device itself.
+__global__ void k_has_wgmma(int* out) {
+  *out = KILN_RT_WGMMA;
+}
+static bool device_has_wgmma(const cudaDeviceProp& prop) {
+  if (prop.major != 9) return false;
+  DBuf<int> flag(1);
+  k_has_wgmma<<<1, 1>>>(flag.p);
+  CK_LAUNCH();
+  return flag.download()[0] == 1;
+}
+
+static void test_wgmma(const cudaDeviceProp& prop) {
+  if (!device_has_wgmma(prop)) {
+    printf("SKIP wgmma (needs an sm_90 device and a build for sm_90a)\n");
+    return;
+  }
+  using H = __half;
+  using BF = __nv_bfloat16;
+  test_gemm<WgmmaGemm<H, 2, 4>, H, false, true>(256, 256, 256);
+  test_gemm<WgmmaGemm<H, 2, 4>, H, true, true>(200, 136, 72);
+  test_gemm<WgmmaGemm<BF, 2, 4>, float, false, true>(130, 264, 264);
+  test_gemm<WgmmaGemm<H, 1, 3>, float, true, true>(77, 40, 522);
+  test_gemm<WgmmaGemm<BF, 1, 2>, BF, false, true>(65, 136, 1000);
 }
 
 // ---- gemv.cuh ----------------------------------------------------------------------------------
@@ -998,7 +1030,7 @@ void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
   cudaFree(X), cudaFree(out), cudaFree(ws), cudaFree(cnt);
 }
 
-static void time_gemm(const cudaDeviceProp&) {
+static void time_gemm(const cudaDeviceProp& prop) {
   using Cfg = GemmConfig<__half, 128, 128, 32, 2, 4, 3>;
   const int M = 4096, N = 4096, K = 4096;
   __half *A, *B, *C;
@@ -1014,6 +1046,16 @@ static void time_gemm(const cudaDeviceProp&) {
       10);
   printf("TIME gemm mma.sync 4096x4096x4096 f16 tile 128x128x32 s3: %.1f us, %.0f TFLOP/s\n", us,
          2.0 * M * N * K / (us * 1e6));
+  if (device_has_wgmma(prop)) {
+    using G = WgmmaGemm<__half, 2, 4>;
+    const double us2 = time_us(
+        [&](int, cudaStream_t st) {
+          CK(wgmma_gemm_launch<G>(A, K, B, N, C, N, M, N, K, EpiIdentity(), st));
+        },
+        10);
+    printf("TIME gemm wgmma 4096x4096x4096 f16 tile 128x128x64 s4: %.1f us, %.0f TFLOP/s\n", us2,
+           2.0 * M * N * K / (us2 * 1e6));
+  }
   cudaFree(A), cudaFree(B), cudaFree(C);
 }
 
@@ -1047,6 +1089,7 @@ int main() {
   test_accum();
   test_copy(prop);
   test_mma();
+  test_wgmma(prop);
   test_gemv_all();
   if (!getenv("KILN_SKIP_TIMING")) timing(prop);
   finish_and_exit(g_failed == 0 ? 0 : 1);

@@ -1,0 +1,263 @@
+// Kiln runtime, wgmma: Hopper warpgroup matmul (wgmma.mma_async, sm_90a only) on shared-memory
+// tiles, and a block-tiled GEMM built on it for large m.
+//
+// A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; all 128 threads
+// execute every call here together. Operands come from shared memory through 64-bit matrix
+// descriptors, in the 128-byte-swizzle layout, which is exactly a SmemTile with
+// Layout::Swizzled and 128-byte rows (64 f16/bf16) whose base is 1024-byte aligned:
+//   A (M x K, K contiguous, "K-major"): 64 rows per instruction in 8-row groups 1024 bytes apart
+//     (SBO = 1024); a k16 step advances the start address by 32 bytes inside the 128-byte row.
+//   B (K x N with N contiguous, "N-major", imm-trans-b = 1): the tile is split into panels of
+//     64 columns, each a K x 64 swizzled tile; LBO = bytes between panels, SBO = 1024 (8 k-rows).
+//     This is the row-major weight layout of the spec, so no transpose is needed anywhere.
+// Accumulators (m64nN, f32): thread (warp w of the group, g = lane / 4, t = lane % 4) holds
+// d[4i + 2h + e] = D[16w + g + 8h][8i + 2t + e], i.e. FragC's mapping for each n8 block i.
+//
+// Ordering: shared memory filled by cp.async or ordinary stores must be followed, in each writing
+// thread, by fence_proxy_async_smem() and then a barrier before wgmma reads it (wgmma reads
+// through the async proxy). wgmma_fence() precedes the first wgmma of a batch (and any wgmma whose
+// accumulators other instructions touched); wgmma_commit() closes a batch; wgmma_wait<N>() waits
+// until at most N batches are pending, and wgmma_fence_acc() then pins the accumulators so that
+// the compiler reads them only after the wait.
+//
+// On sm_80 (and plain sm_90) these functions trap; check the device and build for sm_90a.
+#ifndef KILN_RT_WGMMA_CUH
+#define KILN_RT_WGMMA_CUH
+
+#ifndef KILN_RT_COPY_CUH
+#include "copy.cuh"
+#endif
+#ifndef KILN_RT_ELEMENTWISE_CUH
+#include "elementwise.cuh"
+#endif
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_RT_WGMMA 1
+#else
+#define KILN_RT_WGMMA 0
+#endif
+
+namespace kiln {
+namespace rt {
+
+// Shared-memory matrix descriptor, 128-byte swizzle. Fields (16-byte units): start address
+// bits 0-13, leading byte offset 16-29, stride byte offset 32-45, base offset 49-51 (0: the
+// swizzle pattern repeats from a 1024-byte aligned address), layout bits 62-63 (1 = 128B swizzle).
+KILN_DEV uint64_t wgmma_desc_sw128(uint32_t saddr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((saddr >> 4) & 0x3FFF) | (uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+KILN_DEV void wgmma_fence() {
+#if KILN_RT_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+KILN_DEV void wgmma_commit() {
+#if KILN_RT_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+template <int N>
+KILN_DEV void wgmma_wait() {
+#if KILN_RT_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#else
+  __trap();
+#endif
+}
+// Ties each accumulator register to this point of the instruction stream (no code), so reads
+// and writes of d are not moved across the wgmma issue / wait around it.
+template <int NREG>
+KILN_DEV void wgmma_fence_acc(float (&d)[NREG]) {
+#pragma unroll
+  for (int i = 0; i < NREG; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define KILN_RT_WGMMA_D64                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define KILN_RT_WGMMA_OUT64(d)                                                                    \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// d (64 x 128, f32) += A (64 x 16, K-major) * B (16 x 128, N-major), T = __half or
+// __nv_bfloat16. Issues the instruction; completion is wgmma_commit / wgmma_wait's business.
+template <typename T>
+KILN_DEV void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+
+template <>
+KILN_DEV void wgmma_m64n128k16<__half>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+#if KILN_RT_WGMMA
+  // scale-d = 1 (accumulate), scale-a = scale-b = 1, A K-major (0), B N-major (1).
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " KILN_RT_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : KILN_RT_WGMMA_OUT64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  __trap();
+#endif
+}
+template <>
+KILN_DEV void wgmma_m64n128k16<__nv_bfloat16>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+#if KILN_RT_WGMMA
+  // scale-d = 1 (accumulate), scale-a = scale-b = 1, A K-major (0), B N-major (1).
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KILN_RT_WGMMA_D64
+      ", %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : KILN_RT_WGMMA_OUT64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  __trap();
+#endif
+}
+#undef KILN_RT_WGMMA_D64
+#undef KILN_RT_WGMMA_OUT64
+
+// d += A[a_row0 .. +64, 0 .. BK] * B[0 .. BK, 0 .. 128] for one warpgroup, issued as BK / 16
+// wgmmas in one committed batch (not waited for). A: an R x BK K-major swizzled tile with
+// 128-byte rows (BK = 64 elements); B: two BK x 64 swizzled panels, panel_b1 = panel_b0 +
+// panel_stride bytes. All bases 1024-byte aligned; a_row0 a multiple of 8.
+template <typename T, int BK>
+KILN_DEV void wgmma_tile_m64n128(float (&d)[64], uint32_t a_base, int a_row0, uint32_t b_base,
+                                 uint32_t panel_stride) {
+  static_assert(BK * int(sizeof(T)) == 128, "128-byte swizzle rows: BK = 64 for 16-bit types");
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    const uint64_t da = wgmma_desc_sw128(a_base + a_row0 * 128 + kk * 32, 16, 1024);
+    const uint64_t db = wgmma_desc_sw128(b_base + kk * 16 * 128, panel_stride, 1024);
+    wgmma_m64n128k16<T>(d, da, db);
+  }
+  wgmma_commit();
+}
+
+// ---- Block GEMM -------------------------------------------------------------------------------
+//
+// C[M, N] = epi(A[M, K] B[K, N]), row-major, f16/bf16 in, f32 accumulate. Block tile
+// (64 * WG) x 128 x 64 with WG consumer warpgroups (each 64 rows x 128 columns), STAGES-deep
+// cp.async ring (zero-filled edges, so any M, N, K); every thread loads, then each warpgroup
+// issues its wgmmas. Preconditions: lda, ldb multiples of 8; A, B 16-byte aligned; block of
+// 128 * WG threads and WgmmaGemm::kSmemBytes of dynamic shared memory.
+template <typename T, int WG, int STAGES>
+struct WgmmaGemm {
+  static constexpr int kBM = 64 * WG, kBN = 128, kBK = 64, kStages = STAGES;
+  static constexpr int kThreads = 128 * WG;
+  using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
+  using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
+  static constexpr int kStageBytes = TileA::kBytes + 2 * PanelB::kBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+  static_assert(TileA::kBytes % 1024 == 0 && PanelB::kBytes % 1024 == 0, "1024-byte atoms");
+};
+
+template <class G, typename TO, class Epi>
+__global__ void __launch_bounds__(G::kThreads, 1)
+    wgmma_gemm_kernel(const typename G::TileA::Elem* A, int64_t lda,
+                      const typename G::TileA::Elem* B, int64_t ldb, TO* C, int64_t ldc, int M,
+                      int N, int K, Epi epi) {
+  using T = typename G::TileA::Elem;
+  using TileA = typename G::TileA;
+  using PanelB = typename G::PanelB;
+  constexpr int S = G::kStages, BK = G::kBK;
+  extern __shared__ __align__(1024) char wgmma_smem_raw[];
+  // The swizzle pattern is anchored to 1024-byte aligned shared addresses.
+  char* smem = wgmma_smem_raw + ((1024 - (smem_u32(wgmma_smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int m0 = blockIdx.y * G::kBM, n0 = blockIdx.x * G::kBN;
+  const GmemView<const T> a{A + m0 * lda, M - m0, K, lda};
+  const GmemView<const T> b{B + n0, K, N - n0, ldb};
+  auto stage = [&](int s) { return smem + s * G::kStageBytes; };
+  auto load_stage = [&](int s, int kt) {
+    char* p = stage(s);
+    cp_async_g2s<G::kThreads>(TileA(p), a.offset(0, kt * BK), tid);
+    cp_async_g2s<G::kThreads>(PanelB(p + TileA::kBytes), b.offset(kt * BK, 0), tid);
+    cp_async_g2s<G::kThreads>(PanelB(p + TileA::kBytes + PanelB::kBytes), b.offset(kt * BK, 64),
+                              tid);
+  };
+
+  float d[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+
+  const int ktiles = ceil_div(K, BK);
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<S - 2>();
+    fence_proxy_async_smem();  // cp.async wrote through the generic proxy; wgmma reads async
+    __syncthreads();           // all copies of stage kt landed; stage kt-1 no longer read
+    const int next = kt + S - 1;
+    if (next < ktiles) load_stage(next % S, next);
+    cp_async_commit();
+    const uint32_t base = smem_u32(stage(kt % S));
+    wgmma_tile_m64n128<T, BK>(d, base, wg * 64, base + TileA::kBytes, PanelB::kBytes);
+    wgmma_wait<0>();
+    wgmma_fence_acc(d);
+  }
+  cp_async_wait_all();
+
+  // Epilogue straight from the accumulators: rows 16 w + g (+8), column pairs 8 i + 2t.
+  const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + wg * 64 + 16 * w + g + 8 * h, c = n0 + 8 * i + 2 * t;
+      if (r >= M || c >= N) continue;
+      TO* p = C + r * ldc + c;
+      const float v0 = epi(d[4 * i + 2 * h], r, c);
+      if (c + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
+        const float v1 = epi(d[4 * i + 2 * h + 1], r, c + 1);
+        if constexpr (sizeof(TO) == 4) {
+          *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+        } else {
+          *reinterpret_cast<uint32_t*>(p) = pack2<TO>(v0, v1);
+        }
+      } else {
+        p[0] = from_f32<TO>(v0);
+        if (c + 1 < N) p[1] = from_f32<TO>(epi(d[4 * i + 2 * h + 1], r, c + 1));
+      }
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Launches wgmma_gemm_kernel; grid (ceil(N / 128), ceil(M / (64 WG))). The device must be sm_90
+// and the code built for sm_90a.
+template <class G, typename TO, class Epi>
+inline cudaError_t wgmma_gemm_launch(const typename G::TileA::Elem* A, int64_t lda,
+                                     const typename G::TileA::Elem* B, int64_t ldb, TO* C,
+                                     int64_t ldc, int M, int N, int K, Epi epi,
+                                     cudaStream_t stream) {
+  auto kernel = wgmma_gemm_kernel<G, TO, Epi>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
+  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
+  return cudaGetLastError();
+}
+#endif  // __CUDACC_RTC__
+
+}  // namespace rt
+}  // namespace kiln
+
+#endif  // KILN_RT_WGMMA_CUH
