@@ -335,7 +335,7 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
     const TensorDesc& t = spec.tensor(spec.outputs[i]);
     o.name = t.name;
     o.error = relative_l2_error(oc[i], os[i]);
-    o.tolerance = spec_tolerance(t.dtype);
+    o.tolerance = opt.tolerance > 0 ? opt.tolerance : spec_tolerance(t.dtype);
     o.rows_total = interp::num_rows(t.shape);
     o.rows_checked = fc.sampled ? static_cast<int64_t>(rows[i].size()) : o.rows_total;
     o.ok = o.error <= o.tolerance;

@@ -1,0 +1,144 @@
+// The automatic mutation suite: every plausible one-bug mutant of every example μGraph (and of a
+// split-KV flash-decoding μGraph with max subtraction) that still builds and still matches the
+// spec's interface, and that the float64 interpreter shows to compute something else, must be
+// rejected by verify() -- with scaling forced on, so the scaled instance is what is judged.
+// Large examples are mutated at a smaller size (see bases()) so the float64 oracle stays cheap.
+// Mutants that compute the same function (a re-tiling) should be accepted. The test prints the
+// catch rate per mutation operator.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "graphs.h"
+#include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
+#include "kiln/verifier/scale.h"
+#include "kiln/verifier/verify.h"
+#include "mutants.h"
+
+namespace kiln::verifier {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Base {
+  std::string name;
+  KernelGraph spec, mugraph;
+};
+
+std::vector<Base> bases() {
+  std::vector<Base> r;
+  fs::path dir = fs::path(KILN_SOURCE_DIR) / "examples";
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string f = e.path().filename().string();
+    const std::string suffix = ".mugraph.json";
+    if (f.size() <= suffix.size() || f.compare(f.size() - suffix.size(), suffix.size(), suffix))
+      continue;
+    std::string stem = f.substr(0, f.size() - suffix.size());
+    fs::path spec = dir / (stem + ".json");
+    if (!fs::exists(spec)) continue;
+    Base b{stem, load_graph_file(spec.string()), load_graph_file(e.path().string())};
+    // Keep the float64 oracle cheap: large examples are mutated at a smaller size (units of 16,
+    // which the verifier still shrinks four-fold), after checking that the smaller pair agrees.
+    if (std::max(estimate_work(b.spec), estimate_work(b.mugraph)) > double(1 << 22)) {
+      ScaledPair sp = scale_pair(b.spec, b.mugraph, ScaleOptions{16});
+      if (sp.scaled) {
+        FloatCheckOptions fo;
+        fo.tolerance = 1e-9;
+        EXPECT_TRUE(float_check(sp.a, sp.b, 3, fo).ok) << stem;
+        b = Base{stem + " (unit 16)", sp.a, sp.b};
+      }
+    }
+    r.push_back(std::move(b));
+  }
+  std::sort(r.begin(), r.end(), [](const Base& x, const Base& y) { return x.name < y.name; });
+  r.push_back({"flash_decoding", testing::attention_spec(2, 8, 16, 256),
+               testing::flash_decoding(2, 8, 16, 256, 4, 4, 4)});
+  return r;
+}
+
+// The oracle: does the mutant compute another function than the spec? float64 on sampled rows
+// first, on everything when the sample shows no difference.
+bool oracle_differs(const KernelGraph& spec, const KernelGraph& m) {
+  FloatCheckOptions sample;
+  sample.max_work = 0;
+  sample.rows = 4;
+  sample.tolerance = 1e-9;
+  if (!float_check(spec, m, 11, sample).ok) return true;
+  FloatCheckOptions full = sample;
+  full.max_work = 1e30;
+  return !float_check(spec, m, 11, full).ok;
+}
+
+struct Count {
+  int different = 0, caught = 0, same = 0, accepted = 0;
+};
+
+TEST(Mutation, EveryWrongMutantOfEveryExampleIsRejected) {
+  VerifyOptions opt;
+  opt.max_work = 0;  // always judge the scaled instance where there is one
+  if (const char* seed = std::getenv("KILN_VERIFY_SEED")) opt.seed = std::strtoull(seed, 0, 10);
+  int generated = 0, invalid = 0, incompatible = 0;
+  std::map<std::string, Count> by_kind;
+  Count total;
+  std::vector<std::string> escapes, false_alarms;
+  for (const Base& b : bases()) {
+    auto t0 = std::chrono::steady_clock::now();
+    int before = generated;
+    ASSERT_TRUE(verify(b.spec, b.mugraph, opt).equivalent()) << b.name;
+    for (testing::Mutant& mu : testing::mutants_of(b.mugraph)) {
+      ++generated;
+      KernelGraph m;
+      try {
+        m = rebuild_graph(mu.g);
+      } catch (const UserError&) {
+        ++invalid;  // the checking builders refuse it
+        continue;
+      }
+      try {
+        check_compatible(b.spec, m);
+      } catch (const UserError&) {
+        ++incompatible;  // another interface: verify() refuses it with a UserError
+        continue;
+      }
+      Verdict v = verify(b.spec, m, opt);
+      Count& c = by_kind[mu.kind];
+      if (oracle_differs(b.spec, m)) {
+        ++c.different, ++total.different;
+        if (!v.equivalent())
+          ++c.caught, ++total.caught;
+        else
+          escapes.push_back(b.name + ": " + mu.what + "\n" + v.summary());
+      } else {
+        ++c.same, ++total.same;
+        if (v.equivalent())
+          ++c.accepted, ++total.accepted;
+        else
+          false_alarms.push_back(b.name + ": " + mu.what + "\n" + v.summary());
+      }
+    }
+    std::printf("%s: %d mutants, %.1f s\n", b.name.c_str(), generated - before,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::printf(
+      "mutants generated %d: %d refused by the builders, %d with another interface, "
+      "%d wrong, %d equivalent (re-tilings)\n",
+      generated, invalid, incompatible, total.different, total.same);
+  std::printf("%-24s %8s %8s %10s %9s\n", "operator", "wrong", "caught", "equivalent", "accepted");
+  for (const auto& [kind, c] : by_kind)
+    std::printf("%-24s %8d %8d %10d %9d\n", kind.c_str(), c.different, c.caught, c.same,
+                c.accepted);
+  std::printf("catch rate: %d / %d = %.1f%%; equivalent mutants accepted: %d / %d\n", total.caught,
+              total.different, total.different ? 100.0 * total.caught / total.different : 100.0,
+              total.accepted, total.same);
+  for (const std::string& e : escapes) ADD_FAILURE() << "accepted a wrong mutant: " << e;
+  for (const std::string& e : false_alarms) std::printf("false alarm: %s\n", e.c_str());
+  EXPECT_EQ(total.caught, total.different);
+  EXPECT_GT(total.different, 100);
+}
+
+}  // namespace
+}  // namespace kiln::verifier
