@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_show(app);
   kiln::cli::add_eval(app);
   kiln::cli::add_verify(app);
+  kiln::cli::add_optimize(app);
+  kiln::cli::add_trace(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,59 @@
+// The analytical cost model: an estimate of a μGraph's run time on a target, from first
+// principles, with no GPU. It is what the search ranks by.
+//
+// Per kernel it counts bytes at each memory level (DRAM reads and writes with the coalescing of
+// each tile, L2 re-reads of tiles that several blocks load, shared-memory traffic), tensor-core
+// and CUDA-core work, and the launch; it derives blocks per SM from the target's resource rule,
+// waves, SM coverage and per-iteration latency, and takes the kernel's time as the launch plus a
+// fixed latency plus the largest of the throughput terms. Every formula and constant is in
+// docs/cost-model.md; the breakdown is returned so reports can say what bounds each kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/ir/kernel_graph.h"
+#include "kiln/ir/target.h"
+
+namespace kiln::search {
+
+// Model constants that the target description does not carry (docs/cost-model.md).
+struct CostConstants {
+  double l2_bytes_per_s;               // L2 -> SM bandwidth for re-read tiles
+  double smem_bytes_per_s;             // aggregate shared-memory bandwidth
+  double dram_saturation = 0.6;        // fraction of SMs that must be busy to saturate DRAM
+  double fixed_s = 0.8e-6;             // per-kernel latency: first loads, epilogue, drain
+  double iteration_s = 0.05e-6;        // per loop iteration of one block: barrier and issue
+  double predefined_efficiency = 0.6;  // generic (unfused, untuned) kernels of predefined ops
+  int dram_granule = 64;               // bytes fetched per DRAM access
+};
+const CostConstants& cost_constants(Arch a);
+
+struct KernelCost {
+  std::string name;
+  bool graph_defined = false;
+  int64_t blocks = 1, iterations = 1, waves = 1;
+  int blocks_per_sm = 1;
+  int64_t smem_per_block = 0;
+  int regs_per_thread = 0;
+  double dram_read = 0, dram_write = 0, l2_bytes = 0, smem_bytes = 0;  // bytes
+  double tc_flops = 0, cuda_flops = 0;
+  // Seconds.
+  double t_dram = 0, t_l2 = 0, t_smem = 0, t_tc = 0, t_cuda = 0, t_iter = 0;
+  double t_fill = 0, t_launch = 0, t_fixed = 0, time = 0;
+  std::string bound;  // the largest throughput term: dram, l2, smem, tensor, cuda, loop
+};
+
+struct GraphCost {
+  std::vector<KernelCost> kernels;
+  double time = 0;  // seconds: the kernels run back to back
+  int launches = 0;
+};
+
+KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t);
+GraphCost estimate_cost(const KernelGraph& g, const Target& t);
+nlohmann::json cost_to_json(const GraphCost& c);
+
+}  // namespace kiln::search

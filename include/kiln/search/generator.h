@@ -1,0 +1,167 @@
+// The candidate generator: from a spec to μGraph kernels, one search decision at a time.
+//
+// The generator works on a *primitive graph*: the spec with every composite op expanded into
+// block-level primitives (rms_norm -> square, sum, scale, add eps, sqrt, div [, mul w];
+// softmax -> max, sub, exp, sum, div; mean -> sum, scale). Every dim of every tensor gets a
+// *label* (dims that must be partitioned alike share one), which is what grids, loops, imaps,
+// fmaps and omaps are chosen over. The decisions, each a level of the search tree
+// (docs/search.md):
+//   1. a variant: a set of algebraic rewrites that enable fusion (hoisting a row scale out of a
+//      matmul, `matmul(x / r, W) = matmul(x, W) / r`) and at most one split of a reduced label
+//      into S parts (split-K / split-KV: each reduction over it becomes a partial reduction with
+//      a new leading dim, plus a kernel-level `sum` over that dim);
+//   2. a partition of the variant's ops into kernels: contiguous segments of one canonical
+//      topological order, so each grouping is generated once; a group is a graph-defined kernel
+//      (or, for a single op, a predefined one), its input tensors being whatever crosses the cut;
+//   3. for each graph-defined group a schedule: which labels the grid partitions and how many
+//      ways (divisors), which label the for-loop walks and its range, the block size. Lowering a
+//      group under a schedule derives imaps, fmaps and omaps from the labels, turns reductions
+//      over the loop label into per-iteration partials plus accumulators, fuses elementwise
+//      chains into thread graphs, and checks everything through BlockGraphBuilder::finish(target)
+//      (exact shared-memory and register feasibility).
+// Everything here is deterministic: the same spec and options give the same sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/kernel_graph.h"
+#include "kiln/ir/target.h"
+
+namespace kiln::search {
+
+// ---------------------------------------------------------------------------------------------
+// The primitive graph.
+
+struct PNode {
+  OpKind kind = OpKind::Input;  // Input for graph inputs, else a kernel-level primitive op
+  std::vector<int> inputs;      // node ids
+  Attrs attrs;
+  Shape shape;  // for a partial reduction: [split] + the reduction's shape
+  DType dtype = DType::F32;
+  std::string name;      // device tensor name if it lands in device memory
+  int split = 0;         // > 0: a partial reduction (sum/max/matmul) split `split` ways over its
+                         // reduced label; the parts stack along a new leading dim
+  bool combine = false;  // the kernel-level sum over a partial's leading dim
+};
+
+struct PGraph {
+  std::string name, doc;
+  std::vector<PNode> nodes;           // topological
+  std::vector<int> inputs;            // node ids, in spec order
+  std::vector<int> outputs;           // node ids, in spec order
+  std::vector<std::string> rewrites;  // what made this variant, for reports
+  // Labels: labels[n][d] is the label of dim d of node n (-1: extent 1 / broadcast).
+  std::vector<std::vector<int>> labels;
+  std::vector<int64_t> label_extent;
+  int split_label = -1;  // the label split S ways, if any
+  int64_t split_parts = 0;
+
+  bool is_const(int n) const { return nodes[n].kind == OpKind::Constant; }
+  // Label reduced by node n (sum/max over a dim, matmul contraction); -1 if none.
+  int reduced_label(int n) const;
+  // Dtype of node n's device tensor (partials are float32).
+  DType device_dtype(int n) const { return nodes[n].split > 0 ? DType::F32 : nodes[n].dtype; }
+};
+
+// Expands a spec (a kernel graph of predefined ops) into primitives and labels its dims.
+PGraph expand_spec(const KernelGraph& spec);
+// Recomputes labels of a graph after a rewrite.
+void assign_labels(PGraph& g);
+
+struct VariantOptions {
+  bool hoist_scales = true;
+  bool split = true;
+  int max_split = 64;           // largest S
+  int64_t min_split_tile = 16;  // a split leaves at least this many elements per part
+};
+// Every variant of a spec's primitive graph: each subset of the hoisting rewrites, each with no
+// split or one split of a reduced label. The first is the plain expansion.
+std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
+
+// A partition: groups of non-constant node ids, each a contiguous segment of `order`.
+struct Partition {
+  std::vector<std::vector<int>> groups;
+};
+// The canonical topological order (combine nodes as late as possible) and every partition of it
+// into at most max_groups contiguous segments, in a fixed order. Partitions that keep a partial
+// and its combine in one group are left out (the split would be pointless).
+std::vector<int> canonical_order(const PGraph& g);
+std::vector<Partition> enumerate_partitions(const PGraph& g, int max_groups);
+
+// ---------------------------------------------------------------------------------------------
+// Groups and schedules.
+
+struct GridDim {
+  int label;
+  int64_t parts;
+  bool operator==(const GridDim&) const = default;
+};
+
+struct Schedule {
+  std::vector<GridDim> grid;  // empty: a grid of one block
+  int loop_label = -1;
+  int64_t loop_range = 1;
+  int block_threads = 128;
+  std::string str(const PGraph& g) const;
+};
+
+// The device tensors a group reads (external node ids, in first-use order) and writes.
+struct GroupIO {
+  std::vector<int> inputs, outputs;
+};
+GroupIO group_io(const PGraph& g, const std::vector<int>& group);
+
+struct ScheduleOptions {
+  int max_grid_dims = 3;
+  int64_t max_blocks = 1 << 16;
+  int max_schedules = 20000;  // per group
+  std::vector<int> block_threads = {128, 256};
+};
+// Every schedule of a group that respects the labels (gridded labels appear in every output
+// and are not reduced in the group, except the split label of a partial group, which is gridded
+// exactly split_parts ways; loop ranges and grid parts are divisors). Deterministic order.
+std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int>& group,
+                                          const ScheduleOptions& opt);
+
+// Why a lowering was rejected.
+enum class LowerFailure : uint8_t {
+  None,
+  Stage,     // a loop-body tile meets a post-loop tile, or a loop tile is saved unmapped
+  Map,       // a reduction over a gridded label, an output missing a gridded label, bad tiles
+  Resource,  // shared memory or registers exceed the target (BlockGraphBuilder::finish)
+  Ops,       // more block ops than allowed
+};
+const char* lower_failure_name(LowerFailure f);
+
+struct Lowered {
+  LowerFailure failure = LowerFailure::None;
+  std::string message;                      // the builder's diagnostic when it failed
+  std::shared_ptr<const BlockGraph> block;  // when it succeeded
+};
+// Lowers one group under one schedule into a block graph checked against `target`.
+Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedule& s,
+                    const Target& target, int max_block_ops = 64);
+
+// ---------------------------------------------------------------------------------------------
+// Assembly.
+
+// One kernel of a candidate: either a graph-defined block graph for a group, or a predefined
+// op (a group of one node, block == nullptr).
+struct KernelChoice {
+  std::vector<int> group;
+  std::shared_ptr<const BlockGraph> block;
+};
+// Whether node n can be its own predefined kernel: not a partial, and the kernel-level dtype rule
+// applied to its inputs' device dtypes gives its own device dtype.
+bool predefined_ok(const PGraph& g, int n);
+// Builds the μGraph of a partition with one choice per group, through KernelGraphBuilder.
+KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch);
+
+// A canonical fingerprint of a μGraph: equal for graphs that differ only in names.
+std::string fingerprint(const KernelGraph& g);
+
+}  // namespace kiln::search

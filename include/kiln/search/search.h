@@ -1,0 +1,111 @@
+// The search: from a spec to ranked, verified μGraphs, under explicit limits.
+//
+// run_search() expands the spec (generator.h), enumerates variants in parallel (oneTBB, one
+// task per variant, results merged in variant order so the outcome does not depend on
+// scheduling), and within each variant its partitions into kernels and each group's schedules.
+// Every lowered block graph is pruned by abstract expressions (prune.h: each tile's expression
+// must be a subexpression of the spec's outputs), costed (cost_model.h) and only the `beam`
+// cheapest schedules of each group are kept. Complete candidates are ranked by modeled time and
+// verified (finite-field verifier) in rank order until top_k pass; a candidate is ranked only
+// once verified, and the winner also passes the float check. The spec itself is always a
+// candidate, so a search never ends with nothing. It ends with a typed stop reason.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/ir/kernel_graph.h"
+#include "kiln/search/cost_model.h"
+#include "kiln/search/generator.h"
+
+namespace kiln::search {
+
+class TraceWriter;
+
+enum class StopReason : uint8_t {
+  Exhausted,    // the whole space (under the structural limits) was explored
+  TimeLimit,    // time_limit_s elapsed
+  StateLimit,   // max_states states were generated
+  MemoryLimit,  // the process grew past max_memory_mb
+};
+const char* stop_reason_name(StopReason r);
+
+struct SearchConfig {
+  Arch arch = Arch::Sm90a;
+  double time_limit_s = 120;
+  int threads = 0;  // 0: all cores
+  int64_t max_states = 20'000'000;
+  int64_t max_memory_mb = 8192;
+  uint64_t seed = 1;       // verifier and float-check seed
+  int top_k = 5;           // verified candidates to rank
+  int max_kernels = 4;     // kernels per candidate (ops per kernel level)
+  int max_block_ops = 64;  // block ops per block graph (ops per block level)
+  int beam = 3;            // cheapest schedules kept per group
+  VariantOptions variants;
+  ScheduleOptions schedules;
+  bool prune = true;   // abstract-expression pruning
+  bool use_z3 = true;  // let the pruner call Z3 for what its fast path leaves open
+  bool verify = true;  // verify candidates (off only in tests of the generator)
+  bool float_check = true;
+  // The fields that decide the result, as JSON (the cache key hashes it; threads excluded).
+  nlohmann::json to_json() const;
+};
+
+struct SearchStats {
+  int64_t states = 0;  // every node of the search tree
+  int64_t variants = 0, partitions = 0, groups = 0, schedules = 0;
+  int64_t lowered = 0;                    // schedules that became feasible block graphs
+  int64_t complete = 0;                   // complete candidates assembled
+  int64_t verified = 0;                   // candidates the verifier accepted
+  int64_t rejected = 0;                   // candidates the verifier or the float check rejected
+  std::map<std::string, int64_t> pruned;  // by reason
+  double time_first_valid_s = -1;         // first verified candidate other than the spec
+  double time_best_s = -1;                // the winner verified
+  double generate_s = 0, verify_s = 0, elapsed_s = 0;
+  std::string pruner;  // the pruner's statistics line
+  nlohmann::json to_json() const;
+};
+
+struct Candidate {
+  KernelGraph graph;
+  GraphCost cost;
+  std::string fingerprint;
+  std::vector<std::string> rewrites;  // the variant's rewrites
+  bool is_spec = false;
+  bool verified = false;
+  std::string verdict;  // one line
+  int64_t state = -1;   // trace id
+};
+
+struct SearchResult {
+  StopReason stop = StopReason::Exhausted;
+  SearchStats stats;
+  std::vector<Candidate> ranked;    // verified, cheapest first; never empty
+  std::vector<Candidate> rejected;  // failed the verifier or the float check
+  bool from_cache = false;
+  const Candidate& best() const { return ranked.front(); }
+};
+
+// A snapshot for progress displays, called at most ~10 times a second from any thread.
+struct Progress {
+  int64_t states = 0, lowered = 0, verified = 0;
+  std::map<std::string, int64_t> pruned;
+  double best_us = 0, elapsed_s = 0, limit_s = 0;
+  const char* phase = "generate";
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+SearchResult run_search(const KernelGraph& spec, const SearchConfig& config,
+                        TraceWriter* trace = nullptr, const ProgressFn& progress = {});
+
+// JSON for report.json and the cache: the stop reason, statistics and every candidate's cost and
+// verdict (graphs included when with_graphs).
+nlohmann::json result_to_json(const SearchResult& r, bool with_graphs);
+SearchResult result_from_json(const nlohmann::json& j);
+
+}  // namespace kiln::search

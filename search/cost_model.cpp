@@ -1,0 +1,249 @@
+// The analytical cost model (formulas in docs/cost-model.md).
+#include "kiln/search/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::search {
+
+const CostConstants& cost_constants(Arch a) {
+  // L2: about 2.5x DRAM bandwidth. Shared memory: 128 bytes per clock per SM at the boost clock
+  // (H100 SXM 1.755 GHz x 132 SMs; A100 SXM 1.41 GHz x 108 SMs).
+  static const CostConstants sm80{4.5e12, 128.0 * 1.41e9 * 108};
+  static const CostConstants sm90a{7.5e12, 128.0 * 1.755e9 * 132};
+  return a == Arch::Sm80 ? sm80 : sm90a;
+}
+
+namespace {
+
+// Bytes fetched per useful byte for a tile whose contiguous run is `run` bytes.
+double coalescing(double run, int granule) {
+  if (run >= 4096) return 1.0;
+  double fetched = granule * std::ceil(run / granule);
+  return run / fetched;
+}
+
+// Contiguous bytes of a tile inside a row-major tensor.
+double contiguous_run(const Shape& tile, const Shape& tensor, int bytes) {
+  double run = bytes;
+  size_t off = tensor.size() - tile.size();
+  for (size_t j = tile.size(); j-- > 0;) {
+    run *= double(tile[j]);
+    if (tile[j] != tensor[j + off]) break;
+  }
+  return run;
+}
+
+double op_weight(OpKind k) {
+  switch (k) {
+    case OpKind::Exp:
+    case OpKind::Log:
+    case OpKind::Sqrt:
+    case OpKind::Rsqrt:
+    case OpKind::Tanh:
+    case OpKind::Sigmoid:
+    case OpKind::Silu:
+    case OpKind::Gelu:
+    case OpKind::Div:
+    case OpKind::Reciprocal:
+      return 4;
+    case OpKind::Constant:
+      return 0;
+    default:
+      return 1;
+  }
+}
+
+int64_t pad(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+double matmul_tc_flops(const Shape& a, const Shape& b, const Shape& out) {
+  int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  int64_t batch = numel(out) / (m * n);
+  return 2.0 * double(batch) * double(pad(m, 16)) * double(pad(n, 8)) * double(pad(k, 16));
+}
+
+void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double dram_u,
+                  double comp_u) {
+  c.t_dram = (c.dram_read + c.dram_write) / (t.dram_bytes_per_s * dram_u);
+  c.t_l2 = c.l2_bytes / (k.l2_bytes_per_s * dram_u);
+  c.t_smem = c.smem_bytes / (k.smem_bytes_per_s * comp_u);
+  c.t_tc = c.tc_flops / (t.tc_flops_per_s * comp_u);
+  c.t_cuda = c.cuda_flops / (t.fp32_flops_per_s * comp_u);
+  c.t_iter = double(c.waves) * double(c.iterations) * k.iteration_s;
+  c.t_launch = t.launch_s;
+  c.t_fixed = k.fixed_s;
+  std::pair<double, const char*> terms[] = {{c.t_dram, "dram"}, {c.t_l2, "l2"},
+                                            {c.t_smem, "smem"}, {c.t_tc, "tensor"},
+                                            {c.t_cuda, "cuda"}, {c.t_iter, "loop"}};
+  auto best = *std::max_element(std::begin(terms), std::end(terms),
+                                [](auto& a, auto& b) { return a.first < b.first; });
+  c.bound = best.second;
+  // Pipeline fill: the first iteration's loads of each wave are not overlapped with anything.
+  c.t_fill = c.t_dram / double(std::max<int64_t>(1, c.iterations * c.waves));
+  c.time = c.t_launch + c.t_fixed + best.first + c.t_fill;
+}
+
+KernelCost graph_defined_cost(const KernelGraph&, const KernelOp& op, const Target& t) {
+  const CostConstants& k = cost_constants(t.arch);
+  const BlockGraph& bg = *op.block;
+  KernelCost c;
+  c.name = op.name;
+  c.graph_defined = true;
+  c.blocks = bg.num_blocks();
+  c.iterations = bg.num_iterations();
+  BlockResources r = block_resources(bg);
+  c.smem_per_block = r.smem_bytes;
+  c.regs_per_thread = r.regs_per_thread;
+  int64_t smem_sm = t.smem_per_block + 1024;
+  int64_t bps = std::min<int64_t>(32, 2048 / bg.block_threads);
+  bps = std::min<int64_t>(bps, smem_sm / (r.smem_bytes + 1024));
+  bps = std::min<int64_t>(bps, t.regs_per_sm / (int64_t(r.regs_per_thread) * bg.block_threads));
+  c.blocks_per_sm = static_cast<int>(std::max<int64_t>(1, bps));
+  int64_t slots = int64_t(t.sm_count) * c.blocks_per_sm;
+  c.waves = (c.blocks + slots - 1) / slots;
+  double B = double(c.blocks), I = double(c.iterations);
+
+  // Which tiles live in registers (consumed only by accumulators) and how often each is used.
+  size_t n = bg.ops.size();
+  std::vector<int> uses(n, 0);
+  std::vector<bool> only_accum(n, true);
+  for (const BlockOp& o : bg.ops)
+    for (int i : o.inputs) {
+      uses[i]++;
+      if (op_info(o.kind).cls != OpClass::Accum) only_accum[i] = false;
+    }
+  for (size_t i = 0; i < n; ++i) {
+    const BlockOp& o = bg.ops[i];
+    const OpInfo& info = op_info(o.kind);
+    double mult = B * (o.stage == Stage::Loop ? I : 1.0);
+    double elems = double(numel(o.shape));
+    switch (info.cls) {
+      case OpClass::Input: {
+        const TensorDesc& td = bg.inputs[o.io];
+        int bytes = dtype_bytes(td.dtype);
+        double loaded = elems * bytes * mult;
+        double unique = double(numel(td.shape)) * bytes;
+        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k.dram_granule);
+        c.dram_read += unique / eff;
+        c.l2_bytes += std::max(0.0, loaded - unique) / eff;
+        c.smem_bytes += elems * bytes * (1 + uses[i]) * mult;
+        break;
+      }
+      case OpClass::Output: {
+        const TensorDesc& td = bg.outputs[o.io];
+        int bytes = dtype_bytes(td.dtype);
+        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k.dram_granule);
+        c.dram_write += double(numel(td.shape)) * bytes / eff;
+        break;
+      }
+      case OpClass::Matmul: {
+        const Shape& a = bg.ops[o.inputs[0]].shape;
+        const Shape& b = bg.ops[o.inputs[1]].shape;
+        c.tc_flops += matmul_tc_flops(a, b, o.shape) * mult;
+        break;
+      }
+      case OpClass::Fused:
+        for (const ThreadOp& to : o.thread->ops) c.cuda_flops += elems * op_weight(to.kind) * mult;
+        break;
+      case OpClass::Reduce:
+        c.cuda_flops += double(numel(bg.ops[o.inputs[0]].shape)) * mult;
+        break;
+      case OpClass::Accum:
+        // Accumulators add once per iteration.
+        c.cuda_flops += elems * (o.kind == OpKind::AccumRescale ? 6 : 1) * B * I;
+        break;
+      default:
+        c.cuda_flops += elems * op_weight(o.kind) * mult;
+        break;
+    }
+    bool staged = info.cls != OpClass::Input && info.cls != OpClass::Output &&
+                  info.cls != OpClass::Accum && !(uses[i] > 0 && only_accum[i]);
+    if (staged) c.smem_bytes += elems * 4 * (1 + uses[i]) * mult;
+  }
+  double sm = t.sm_count;
+  double busy = std::min(B, sm);
+  double dram_u = std::min(1.0, busy / (k.dram_saturation * sm));
+  double comp_u = B / (std::ceil(B / sm) * sm);
+  finish_times(c, t, k, dram_u, comp_u);
+  return c;
+}
+
+KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {
+  const CostConstants& k = cost_constants(t.arch);
+  KernelCost c;
+  c.name = op.name;
+  for (int i : op.inputs) {
+    int p = g.producer(i);
+    if (p >= 0 && g.ops[p].kind == OpKind::Constant) continue;
+    const TensorDesc& td = g.tensor(i);
+    c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
+  }
+  const TensorDesc& out = g.tensor(op.outputs[0]);
+  c.dram_write = double(numel(out.shape)) * dtype_bytes(out.dtype);
+  if (op.kind == OpKind::MatMul) {
+    c.tc_flops =
+        matmul_tc_flops(g.tensor(op.inputs[0]).shape, g.tensor(op.inputs[1]).shape, out.shape);
+  } else {
+    double in_elems = 0;
+    for (int i : op.inputs) in_elems = std::max(in_elems, double(numel(g.tensor(i).shape)));
+    double w = op.kind == OpKind::Softmax   ? 12
+               : op.kind == OpKind::RmsNorm ? 8
+                                            : op_weight(op.kind);
+    c.cuda_flops = std::max(in_elems, double(numel(out.shape))) * std::max(1.0, w);
+  }
+  double e = k.predefined_efficiency;
+  finish_times(c, t, k, e, e);
+  return c;
+}
+
+}  // namespace
+
+KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {
+  if (op.kind == OpKind::GraphDefined) return graph_defined_cost(g, op, t);
+  return predefined_cost(g, op, t);
+}
+
+GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
+  GraphCost c;
+  for (const KernelOp& op : g.ops) {
+    if (op.kind == OpKind::Constant) continue;
+    c.kernels.push_back(kernel_cost(g, op, t));
+    c.time += c.kernels.back().time;
+    c.launches++;
+  }
+  return c;
+}
+
+nlohmann::json cost_to_json(const GraphCost& c) {
+  nlohmann::json ks = nlohmann::json::array();
+  for (const KernelCost& k : c.kernels) {
+    ks.push_back({{"name", k.name},
+                  {"graph_defined", k.graph_defined},
+                  {"blocks", k.blocks},
+                  {"iterations", k.iterations},
+                  {"blocks_per_sm", k.blocks_per_sm},
+                  {"waves", k.waves},
+                  {"smem_per_block", k.smem_per_block},
+                  {"regs_per_thread", k.regs_per_thread},
+                  {"dram_read_bytes", k.dram_read},
+                  {"dram_write_bytes", k.dram_write},
+                  {"l2_bytes", k.l2_bytes},
+                  {"smem_bytes", k.smem_bytes},
+                  {"tc_flops", k.tc_flops},
+                  {"cuda_flops", k.cuda_flops},
+                  {"t_dram_us", k.t_dram * 1e6},
+                  {"t_l2_us", k.t_l2 * 1e6},
+                  {"t_smem_us", k.t_smem * 1e6},
+                  {"t_tensor_us", k.t_tc * 1e6},
+                  {"t_cuda_us", k.t_cuda * 1e6},
+                  {"t_loop_us", k.t_iter * 1e6},
+                  {"t_fill_us", k.t_fill * 1e6},
+                  {"bound", k.bound},
+                  {"time_us", k.time * 1e6}});
+  }
+  return {{"time_us", c.time * 1e6}, {"launches", c.launches}, {"kernels", ks}};
+}
+
+}  // namespace kiln::search

@@ -1,0 +1,962 @@
+// The candidate generator: spec expansion, labels, variants, partitions, schedules, lowering of
+// a group to a block graph, and assembly of a μGraph.
+#include "kiln/search/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kiln/ir/diag.h"
+
+namespace kiln::search {
+
+namespace {
+
+bool is_elementwise(OpKind k) {
+  OpClass c = op_info(k).cls;
+  return c == OpClass::Unary || c == OpClass::Binary || c == OpClass::Constant;
+}
+
+bool is_reduce(OpKind k) {
+  return op_info(k).cls == OpClass::Reduce;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i) d.push_back(n / i);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+// Adds a node, inferring shape and dtype with the kernel-level rules.
+int add_node(PGraph& g, OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name) {
+  PNode n;
+  n.kind = kind;
+  n.inputs = std::move(inputs);
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  std::vector<bool> is_const;
+  for (int i : n.inputs) {
+    shapes.push_back(g.nodes[i].shape);
+    dtypes.push_back(g.nodes[i].dtype);
+    is_const.push_back(g.nodes[i].kind == OpKind::Constant);
+  }
+  n.shape = infer_op_shape(kind, shapes, attrs);
+  n.attrs = std::move(attrs);
+  n.dtype = kind == OpKind::Constant ? DType::F32 : infer_op_dtype(kind, dtypes, is_const);
+  n.name = std::move(name);
+  g.nodes.push_back(std::move(n));
+  return static_cast<int>(g.nodes.size()) - 1;
+}
+
+int add_const(PGraph& g, double v, const std::string& name) {
+  Attrs a;
+  a.value = v;
+  return add_node(g, OpKind::Constant, {}, a, name);
+}
+
+// x * (1/n) when 1/n is exact in binary, else x / n (the verifier maps constants exactly).
+int scale_by_inverse(PGraph& g, int x, int64_t n, const std::string& name) {
+  bool pow2 = n > 0 && (n & (n - 1)) == 0;
+  if (pow2)
+    return add_node(g, OpKind::Mul, {x, add_const(g, 1.0 / double(n), name + "_inv")}, {}, name);
+  return add_node(g, OpKind::Div, {x, add_const(g, double(n), name + "_n")}, {}, name);
+}
+
+// Removes nodes that no output depends on (inputs stay), renumbering.
+void remove_dead(PGraph& g) {
+  std::vector<bool> live(g.nodes.size(), false);
+  for (int i : g.inputs) live[i] = true;
+  std::vector<int> stack(g.outputs.begin(), g.outputs.end());
+  while (!stack.empty()) {
+    int n = stack.back();
+    stack.pop_back();
+    if (live[n] && g.nodes[n].kind != OpKind::Input) continue;
+    live[n] = true;
+    for (int i : g.nodes[n].inputs)
+      if (!live[i]) stack.push_back(i);
+  }
+  std::vector<int> remap(g.nodes.size(), -1);
+  std::vector<PNode> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (live[i]) {
+      remap[i] = static_cast<int>(kept.size());
+      kept.push_back(g.nodes[i]);
+    }
+  for (PNode& n : kept)
+    for (int& i : n.inputs) i = remap[i];
+  for (int& i : g.inputs) i = remap[i];
+  for (int& i : g.outputs) i = remap[i];
+  g.nodes = std::move(kept);
+}
+
+struct UnionFind {
+  std::vector<int> p;
+  int make() {
+    p.push_back(static_cast<int>(p.size()));
+    return static_cast<int>(p.size()) - 1;
+  }
+  int find(int x) {
+    while (p[x] != x) x = p[x] = p[p[x]];
+    return x;
+  }
+  void unite(int a, int b) {
+    a = find(a), b = find(b);
+    if (a != b) p[std::max(a, b)] = std::min(a, b);
+  }
+};
+
+}  // namespace
+
+int PGraph::reduced_label(int n) const {
+  const PNode& x = nodes[n];
+  if (is_reduce(x.kind)) return labels[x.inputs[0]][x.attrs.dim];
+  if (x.kind == OpKind::MatMul) {
+    const Shape& a = nodes[x.inputs[0]].shape;
+    return labels[x.inputs[0]][a.size() - 1];
+  }
+  return -1;
+}
+
+void assign_labels(PGraph& g) {
+  UnionFind uf;
+  std::vector<std::vector<int>> slot(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (size_t d = 0; d < g.nodes[n].shape.size(); ++d) slot[n].push_back(uf.make());
+  int first_split = -1;
+  auto unite_aligned = [&](int out, int in, size_t out_off) {
+    // Aligns `in`'s dims with out's dims [out_off, ...) from the right, skipping broadcasts.
+    const Shape& os = g.nodes[out].shape;
+    const Shape& is = g.nodes[in].shape;
+    size_t orank = os.size() - out_off;
+    for (size_t j = 0; j < is.size() && j < orank; ++j) {
+      size_t id = is.size() - 1 - j, od = os.size() - 1 - j;
+      if (is[id] == os[od] && is[id] > 1) uf.unite(slot[in][id], slot[out][od]);
+    }
+  };
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const PNode& x = g.nodes[n];
+    size_t off = x.split > 0 ? 1 : 0;  // a partial's leading dim is the split dim
+    if (x.split > 0) {
+      if (first_split < 0)
+        first_split = static_cast<int>(n);
+      else
+        uf.unite(slot[n][0], slot[first_split][0]);
+    }
+    switch (op_info(x.kind).cls) {
+      case OpClass::Unary:
+      case OpClass::Binary:
+        for (int i : x.inputs) unite_aligned(static_cast<int>(n), i, 0);
+        break;
+      case OpClass::Transpose:
+        for (size_t d = 0; d < x.shape.size(); ++d)
+          uf.unite(slot[n][d], slot[x.inputs[0]][x.attrs.perm[d]]);
+        break;
+      case OpClass::Reduce: {
+        int in = x.inputs[0];
+        size_t r = g.nodes[in].shape.size();
+        for (size_t d = 0, o = off; d < r; ++d) {
+          if (static_cast<int64_t>(d) == x.attrs.dim) {
+            if (x.attrs.keepdim) ++o;
+            continue;
+          }
+          uf.unite(slot[in][d], slot[n][o++]);
+        }
+        break;
+      }
+      case OpClass::Matmul: {
+        int a = x.inputs[0], b = x.inputs[1];
+        const Shape &as = g.nodes[a].shape, &bs = g.nodes[b].shape;
+        size_t r = x.shape.size();
+        uf.unite(slot[a][as.size() - 2], slot[n][r - 2]);
+        uf.unite(slot[b][bs.size() - 1], slot[n][r - 1]);
+        uf.unite(slot[a][as.size() - 1], slot[b][bs.size() - 2]);
+        // Batch dims, aligned from the right of the batch part.
+        for (int in : {a, b}) {
+          const Shape& s = g.nodes[in].shape;
+          size_t nb = s.size() - 2, ob = r - 2 - off;
+          for (size_t j = 0; j < nb && j < ob; ++j) {
+            size_t id = nb - 1 - j, od = off + ob - 1 - j;
+            if (s[id] == x.shape[od] && s[id] > 1) uf.unite(slot[in][id], slot[n][od]);
+          }
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // Number the labels by first appearance; extent-1 dims get -1.
+  std::map<int, int> number;
+  g.labels.assign(g.nodes.size(), {});
+  g.label_extent.clear();
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (size_t d = 0; d < g.nodes[n].shape.size(); ++d) {
+      int64_t e = g.nodes[n].shape[d];
+      if (e <= 1) {
+        g.labels[n].push_back(-1);
+        continue;
+      }
+      int root = uf.find(slot[n][d]);
+      auto it = number.find(root);
+      if (it == number.end()) {
+        it = number.emplace(root, static_cast<int>(g.label_extent.size())).first;
+        g.label_extent.push_back(e);
+      }
+      g.labels[n].push_back(it->second);
+    }
+  g.split_label = -1;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (g.nodes[n].split > 0) {
+      g.split_label = g.reduced_label(static_cast<int>(n));
+      g.split_parts = g.nodes[n].split;
+      break;
+    }
+}
+
+PGraph expand_spec(const KernelGraph& spec) {
+  PGraph g;
+  g.name = spec.name;
+  g.doc = spec.doc;
+  std::vector<int> node_of(spec.tensors.size(), -1);
+  for (int t : spec.inputs) {
+    PNode n;
+    n.kind = OpKind::Input;
+    n.shape = spec.tensor(t).shape;
+    n.dtype = spec.tensor(t).dtype;
+    n.name = spec.tensor(t).name;
+    g.nodes.push_back(n);
+    node_of[t] = static_cast<int>(g.nodes.size()) - 1;
+    g.inputs.push_back(node_of[t]);
+  }
+  for (const KernelOp& op : spec.ops) {
+    KILN_ASSERT(op.kind != OpKind::GraphDefined, "expand_spec on a μGraph");
+    std::vector<int> in;
+    for (int t : op.inputs) in.push_back(node_of[t]);
+    const std::string& nm = op.name;
+    int out = -1;
+    switch (op.kind) {
+      case OpKind::Mean: {
+        Attrs a = op.attrs;
+        int64_t n = g.nodes[in[0]].shape[a.dim];
+        int s = add_node(g, OpKind::Sum, in, a, nm + "_sum");
+        out = scale_by_inverse(g, s, n, nm);
+        break;
+      }
+      case OpKind::Softmax: {
+        Attrs r = op.attrs;
+        r.keepdim = true;
+        int mx = add_node(g, OpKind::Max, in, r, nm + "_max");
+        int d = add_node(g, OpKind::Sub, {in[0], mx}, {}, nm + "_shift");
+        int e = add_node(g, OpKind::Exp, {d}, {}, nm + "_exp");
+        int s = add_node(g, OpKind::Sum, {e}, r, nm + "_sum");
+        out = add_node(g, OpKind::Div, {e, s}, {}, nm);
+        break;
+      }
+      case OpKind::RmsNorm: {
+        const Shape xs = g.nodes[in[0]].shape;
+        Attrs r;
+        r.dim = static_cast<int64_t>(xs.size()) - 1;
+        r.keepdim = true;
+        int sq = add_node(g, OpKind::Square, {in[0]}, {}, nm + "_sq");
+        int s = add_node(g, OpKind::Sum, {sq}, r, nm + "_ss");
+        int m = scale_by_inverse(g, s, xs.back(), nm + "_ms");
+        int a =
+            add_node(g, OpKind::Add, {m, add_const(g, op.attrs.eps, nm + "_eps")}, {}, nm + "_var");
+        int rt = add_node(g, OpKind::Sqrt, {a}, {}, nm + "_rms");
+        if (in.size() == 2) {
+          int d = add_node(g, OpKind::Div, {in[0], rt}, {}, nm + "_norm");
+          out = add_node(g, OpKind::Mul, {d, in[1]}, {}, nm);
+        } else {
+          out = add_node(g, OpKind::Div, {in[0], rt}, {}, nm);
+        }
+        break;
+      }
+      default:
+        out = add_node(g, op.kind, in, op.attrs, nm);
+        break;
+    }
+    node_of[op.outputs[0]] = out;
+  }
+  for (int t : spec.outputs) g.outputs.push_back(node_of[t]);
+  assign_labels(g);
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants.
+
+namespace {
+
+// A matmul whose left operand is x / r or x * r with r constant along the contracted dim:
+// matmul(x op r, B) = matmul(x, B) op r.
+bool hoistable(const PGraph& g, int n) {
+  const PNode& m = g.nodes[n];
+  if (m.kind != OpKind::MatMul || m.split > 0) return false;
+  const PNode& d = g.nodes[m.inputs[0]];
+  if (d.kind != OpKind::Div && d.kind != OpKind::Mul) return false;
+  const PNode& x = g.nodes[d.inputs[0]];
+  const PNode& r = g.nodes[d.inputs[1]];
+  if (x.shape != d.shape || r.shape.empty() || r.shape.back() != 1) return false;
+  Shape raw = m.shape;
+  auto b = broadcast_shapes(raw, r.shape);
+  return b && *b == m.shape;
+}
+
+PGraph hoist(const PGraph& g, int n) {
+  PGraph h = g;
+  PNode m = h.nodes[n];
+  const PNode d = h.nodes[m.inputs[0]];
+  // Insert the raw matmul at n and turn node n+1 (the old matmul) into the scale.
+  PNode raw = m;
+  raw.inputs = {d.inputs[0], m.inputs[1]};
+  raw.name = m.name + "_raw";
+  raw.dtype = h.nodes[d.inputs[0]].dtype;
+  PNode scaled;
+  scaled.kind = d.kind;
+  scaled.inputs = {n, d.inputs[1]};
+  scaled.shape = m.shape;
+  scaled.dtype = m.dtype;
+  scaled.name = m.name;
+  h.nodes[n] = raw;
+  h.nodes.insert(h.nodes.begin() + n + 1, scaled);
+  for (size_t i = n + 2; i < h.nodes.size(); ++i)
+    for (int& in : h.nodes[i].inputs)
+      if (in >= n) ++in;  // node n's users now read the scale at n + 1
+  for (int& o : h.outputs)
+    if (o >= n) ++o;
+  for (int& i : h.inputs)
+    if (i > n) ++i;
+  remove_dead(h);
+  h.rewrites.push_back(fmt::format("hoist {} out of matmul {}", op_name(d.kind), m.name));
+  assign_labels(h);
+  return h;
+}
+
+// Splits every reduction over `label` into `parts` partials plus a combine.
+PGraph split(const PGraph& g, int label, int64_t parts) {
+  PGraph s;
+  s.name = g.name;
+  s.doc = g.doc;
+  s.rewrites = g.rewrites;
+  std::vector<int> remap(g.nodes.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    PNode x = g.nodes[n];
+    for (int& i : x.inputs) i = remap[i];
+    bool reduces = g.reduced_label(static_cast<int>(n)) == label;
+    if (!reduces) {
+      s.nodes.push_back(x);
+      remap[n] = static_cast<int>(s.nodes.size()) - 1;
+      continue;
+    }
+    PNode p = x;
+    p.split = static_cast<int>(parts);
+    p.shape.insert(p.shape.begin(), parts);
+    p.name = x.name + "_part";
+    s.nodes.push_back(p);
+    int pid = static_cast<int>(s.nodes.size()) - 1;
+    PNode c;
+    c.kind = x.kind == OpKind::Max ? OpKind::Max : OpKind::Sum;
+    c.inputs = {pid};
+    c.attrs.dim = 0;
+    c.attrs.keepdim = false;
+    c.shape = x.shape;
+    c.dtype = x.dtype;
+    c.name = x.name;
+    c.combine = true;
+    s.nodes.push_back(c);
+    remap[n] = static_cast<int>(s.nodes.size()) - 1;
+  }
+  for (int i : g.inputs) s.inputs.push_back(remap[i]);
+  for (int o : g.outputs) s.outputs.push_back(remap[o]);
+  s.rewrites.push_back(
+      fmt::format("split label L{} (extent {}) {} ways", label, g.label_extent[label], parts));
+  assign_labels(s);
+  return s;
+}
+
+}  // namespace
+
+std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt) {
+  // Hoisting subsets, applied one site at a time in node order (sites re-found after each).
+  std::vector<PGraph> hoisted{base};
+  if (opt.hoist_scales) {
+    std::vector<std::string> sites;
+    for (size_t n = 0; n < base.nodes.size(); ++n)
+      if (hoistable(base, static_cast<int>(n))) sites.push_back(base.nodes[n].name);
+    size_t k = std::min<size_t>(sites.size(), 4);
+    for (uint32_t mask = 1; mask < (1u << k); ++mask) {
+      PGraph h = base;
+      for (size_t s = 0; s < k; ++s) {
+        if (!(mask & (1u << s))) continue;
+        for (size_t n = 0; n < h.nodes.size(); ++n)
+          if (h.nodes[n].name == sites[s] && hoistable(h, static_cast<int>(n))) {
+            h = hoist(h, static_cast<int>(n));
+            break;
+          }
+      }
+      hoisted.push_back(std::move(h));
+    }
+  }
+  std::vector<PGraph> out;
+  for (const PGraph& h : hoisted) {
+    out.push_back(h);
+    if (!opt.split) continue;
+    std::set<int> reduced;
+    for (size_t n = 0; n < h.nodes.size(); ++n) {
+      int l = h.reduced_label(static_cast<int>(n));
+      if (l >= 0) reduced.insert(l);
+    }
+    for (int l : reduced)
+      for (int64_t s : divisors(h.label_extent[l]))
+        if (s >= 2 && s <= opt.max_split && h.label_extent[l] / s >= opt.min_split_tile)
+          out.push_back(split(h, l, s));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partitions.
+
+std::vector<int> canonical_order(const PGraph& g) {
+  // Kahn's algorithm; among ready nodes, non-combine nodes first, then by index.
+  size_t n = g.nodes.size();
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (size_t i = 0; i < n; ++i)
+    for (int in : g.nodes[i].inputs) {
+      ++indeg[i];
+      users[in].push_back(static_cast<int>(i));
+    }
+  auto key = [&](int i) { return std::pair<int, int>(g.nodes[i].combine ? 1 : 0, i); };
+  std::set<std::pair<int, int>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (indeg[i] == 0) ready.insert(key(static_cast<int>(i)));
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int i = ready.begin()->second;
+    ready.erase(ready.begin());
+    if (g.nodes[i].kind != OpKind::Input && g.nodes[i].kind != OpKind::Constant) order.push_back(i);
+    for (int u : users[i])
+      if (--indeg[u] == 0) ready.insert(key(u));
+  }
+  return order;
+}
+
+std::vector<Partition> enumerate_partitions(const PGraph& g, int max_groups) {
+  std::vector<int> order = canonical_order(g);
+  std::vector<Partition> out;
+  size_t n = order.size();
+  if (n == 0) return out;
+  size_t cuts = n - 1;
+  if (cuts > 20) cuts = 20;  // bounded: graphs this large are split at the first 20 gaps only
+  for (uint64_t mask = 0; mask < (uint64_t(1) << cuts); ++mask) {
+    if (std::popcount(mask) + 1 > max_groups) continue;
+    Partition p;
+    p.groups.emplace_back();
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0 && i - 1 < cuts && (mask >> (i - 1)) & 1) p.groups.emplace_back();
+      p.groups.back().push_back(order[i]);
+    }
+    bool ok = true;
+    for (const auto& grp : p.groups) {
+      std::set<int> in(grp.begin(), grp.end());
+      for (int x : grp)
+        if (g.nodes[x].combine && in.count(g.nodes[x].inputs[0])) ok = false;
+    }
+    if (ok) out.push_back(std::move(p));
+  }
+  // Fewest kernels first: the search meets the fused candidates early.
+  std::stable_sort(out.begin(), out.end(), [](const Partition& a, const Partition& b) {
+    return a.groups.size() < b.groups.size();
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules.
+
+std::string Schedule::str(const PGraph& g) const {
+  std::vector<std::string> gs;
+  for (const GridDim& d : grid)
+    gs.push_back(fmt::format("L{}/{}{}", d.label, d.parts,
+                             d.label == g.split_label && g.split_label >= 0 ? "(split)" : ""));
+  std::string loop = loop_label >= 0 ? fmt::format("L{}x{}", loop_label, loop_range) : "none";
+  return fmt::format("grid [{}] loop {} threads {}", fmt::join(gs, ", "), loop, block_threads);
+}
+
+GroupIO group_io(const PGraph& g, const std::vector<int>& group) {
+  std::set<int> in(group.begin(), group.end());
+  GroupIO io;
+  std::set<int> seen;
+  for (int x : group)
+    for (int i : g.nodes[x].inputs)
+      if (!in.count(i) && !g.is_const(i) && seen.insert(i).second) io.inputs.push_back(i);
+  for (int x : group) {
+    bool out = std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end();
+    for (size_t u = 0; u < g.nodes.size() && !out; ++u)
+      if (!in.count(static_cast<int>(u)))
+        for (int i : g.nodes[u].inputs)
+          if (i == x) out = true;
+    if (out) io.outputs.push_back(x);
+  }
+  return io;
+}
+
+namespace {
+
+bool has_label(const PGraph& g, int n, int l) {
+  const auto& ls = g.labels[n];
+  return std::find(ls.begin(), ls.end(), l) != ls.end();
+}
+
+bool is_partial_group(const PGraph& g, const std::vector<int>& group) {
+  return std::any_of(group.begin(), group.end(), [&](int x) { return g.nodes[x].split > 0; });
+}
+
+}  // namespace
+
+std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int>& group,
+                                          const ScheduleOptions& opt) {
+  GroupIO io = group_io(g, group);
+  bool partial = is_partial_group(g, group);
+  std::set<int> present, reduced;
+  for (int x : group) {
+    for (int l : g.labels[x])
+      if (l >= 0) present.insert(l);
+    for (int i : g.nodes[x].inputs)
+      for (int l : g.labels[i])
+        if (l >= 0) present.insert(l);
+    int r = g.reduced_label(x);
+    if (r >= 0) reduced.insert(r);
+  }
+  // Labels the grid may partition freely.
+  std::vector<int> free;
+  for (int l : present) {
+    if (reduced.count(l) || (partial && l == g.split_label)) continue;
+    bool everywhere = std::all_of(io.outputs.begin(), io.outputs.end(),
+                                  [&](int o) { return has_label(g, o, l); });
+    if (everywhere) free.push_back(l);
+  }
+  std::vector<int> loopable;
+  for (int l : present) {
+    bool in_input =
+        std::any_of(io.inputs.begin(), io.inputs.end(), [&](int i) { return has_label(g, i, l); });
+    if (in_input) loopable.push_back(l);
+  }
+  std::vector<Schedule> out;
+  int max_free = opt.max_grid_dims - (partial ? 1 : 0);
+  // Choose subsets of `free` (in label order) with parts, recursively.
+  std::vector<GridDim> cur;
+  std::function<void(size_t, int64_t)> rec = [&](size_t idx, int64_t blocks) {
+    if (static_cast<int>(out.size()) >= opt.max_schedules) return;
+    if (idx == free.size()) {
+      std::vector<GridDim> grid = cur;
+      if (partial) grid.push_back({g.split_label, g.split_parts});
+      auto parts_of = [&](int l) -> int64_t {
+        for (const GridDim& d : grid)
+          if (d.label == l) return d.parts;
+        return 1;
+      };
+      std::vector<std::pair<int, int64_t>> loops{{-1, 1}};
+      for (int l : loopable) {
+        bool gridded = parts_of(l) > 1;
+        if (gridded && !(partial && l == g.split_label)) continue;
+        for (int64_t r : divisors(g.label_extent[l] / parts_of(l)))
+          if (r > 1) loops.push_back({l, r});
+      }
+      for (auto [l, r] : loops)
+        for (int t : opt.block_threads) {
+          if (static_cast<int>(out.size()) >= opt.max_schedules) return;
+          Schedule s;
+          s.grid = grid;
+          s.loop_label = l;
+          s.loop_range = r;
+          s.block_threads = t;
+          out.push_back(std::move(s));
+        }
+      return;
+    }
+    rec(idx + 1, blocks);  // label idx not gridded
+    if (static_cast<int>(cur.size()) >= max_free) return;
+    int l = free[idx];
+    for (int64_t p : divisors(g.label_extent[l])) {
+      if (p < 2 || blocks * p > opt.max_blocks) continue;
+      cur.push_back({l, p});
+      rec(idx + 1, blocks * p);
+      cur.pop_back();
+    }
+  };
+  rec(0, partial ? g.split_parts : 1);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lowering.
+
+const char* lower_failure_name(LowerFailure f) {
+  switch (f) {
+    case LowerFailure::None:
+      return "none";
+    case LowerFailure::Stage:
+      return "stage";
+    case LowerFailure::Map:
+      return "map";
+    case LowerFailure::Resource:
+      return "resource";
+    case LowerFailure::Ops:
+      return "ops";
+  }
+  return "?";
+}
+
+namespace {
+
+// A block op before thread-level fusion.
+struct LOp {
+  OpKind kind;
+  std::vector<int> in;
+  Attrs attrs;
+  std::string name;
+  int io = -1;
+  std::vector<int> imap, fmap;
+};
+
+struct LowerError {
+  LowerFailure f;
+  std::string msg;
+};
+
+}  // namespace
+
+Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedule& s,
+                    const Target& target, int max_block_ops) {
+  Lowered res;
+  try {
+    GroupIO io = group_io(g, group);
+    bool partial = is_partial_group(g, group);
+    auto grid_dim_of = [&](int l) {
+      for (size_t i = 0; i < s.grid.size(); ++i)
+        if (s.grid[i].label == l) return static_cast<int>(i);
+      return -1;
+    };
+    auto dim_with = [&](int n, int l, size_t from = 0) {
+      const auto& ls = g.labels[n];
+      for (size_t d = from; d < ls.size(); ++d)
+        if (ls[d] == l) return static_cast<int>(d);
+      return -1;
+    };
+    std::vector<int64_t> grid, loop;
+    for (const GridDim& d : s.grid) grid.push_back(d.parts);
+    if (grid.empty()) grid.push_back(1);
+    if (s.loop_label >= 0) loop.push_back(s.loop_range);
+    std::vector<TensorDesc> descs;
+    for (int i : io.inputs) descs.push_back({g.nodes[i].name, g.nodes[i].shape, g.device_dtype(i)});
+
+    std::vector<LOp> ops;
+    std::map<int, int> tile;  // node -> LOp index
+    std::set<std::string> names;
+    auto unique = [&](std::string n) {
+      std::string base = n;
+      for (int k = 2; !names.insert(n).second; ++k) n = fmt::format("{}_{}", base, k);
+      return n;
+    };
+    auto push = [&](LOp op) {
+      op.name = unique(op.name);
+      ops.push_back(std::move(op));
+      return static_cast<int>(ops.size()) - 1;
+    };
+    for (size_t k = 0; k < io.inputs.size(); ++k) {
+      int n = io.inputs[k];
+      LOp op{OpKind::Input, {}, {}, "in_" + g.nodes[n].name, static_cast<int>(k), {}, {}};
+      for (const GridDim& d : s.grid) op.imap.push_back(dim_with(n, d.label));
+      if (s.grid.empty()) op.imap.push_back(-1);
+      if (s.loop_label >= 0) op.fmap.push_back(dim_with(n, s.loop_label));
+      tile[n] = push(std::move(op));
+    }
+    // Constants used by the group.
+    for (int x : group)
+      for (int i : g.nodes[x].inputs)
+        if (g.is_const(i) && !tile.count(i))
+          tile[i] = push(LOp{OpKind::Constant, {}, g.nodes[i].attrs, g.nodes[i].name, -1, {}, {}});
+    std::vector<bool> looped(ops.size(), false);  // whether an LOp's tile is loop-stage
+    auto is_looped = [&](int li) { return li < static_cast<int>(looped.size()) && looped[li]; };
+    auto mark = [&](int li, bool v) {
+      if (static_cast<int>(looped.size()) <= li) looped.resize(li + 1, false);
+      looped[li] = v;
+    };
+    for (size_t k = 0; k < io.inputs.size(); ++k) {
+      int li = tile[io.inputs[k]];
+      mark(li, std::any_of(ops[li].fmap.begin(), ops[li].fmap.end(), [](int d) { return d >= 0; }));
+    }
+    for (int x : group) {
+      const PNode& n = g.nodes[x];
+      std::vector<int> in;
+      bool any_loop = false;
+      for (int i : n.inputs) {
+        in.push_back(tile.at(i));
+        any_loop |= is_looped(tile.at(i));
+      }
+      int red = g.reduced_label(x);
+      if (red >= 0 && grid_dim_of(red) >= 0 && !(n.split > 0 && red == g.split_label))
+        throw LowerError{
+            LowerFailure::Map,
+            fmt::format("{} reduces over label L{}, which the grid partitions", n.name, red)};
+      bool over_loop = red >= 0 && red == s.loop_label && any_loop;
+      if (!over_loop) {
+        int li = push(LOp{n.kind, in, n.attrs, n.name, -1, {}, {}});
+        mark(li, any_loop);
+        tile[x] = li;
+        continue;
+      }
+      // A reduction over the loop label: a per-iteration partial, then an accumulator.
+      int part;
+      if (n.kind == OpKind::MatMul) {
+        part = push(LOp{OpKind::MatMul, in, {}, n.name + "_it", -1, {}, {}});
+      } else {
+        Attrs a = n.attrs;
+        a.keepdim = true;
+        part = push(LOp{n.kind, in, a, n.name + "_it", -1, {}, {}});
+      }
+      mark(part, true);
+      OpKind acc_kind = n.kind == OpKind::Max ? OpKind::AccumMax : OpKind::AccumSum;
+      int acc = push(LOp{acc_kind, {part}, {}, n.name + "_acc", -1, {}, {}});
+      mark(acc, false);
+      if (is_reduce(n.kind) && !n.attrs.keepdim) {
+        Attrs a = n.attrs;
+        acc = push(LOp{n.kind, {acc}, a, n.name, -1, {}, {}});
+        mark(acc, false);
+      }
+      tile[x] = acc;
+    }
+    // Savers.
+    struct Saver {
+      int value;
+      std::vector<int> omap, fmap;
+      DType dtype;
+      std::string name;
+      int rank;
+    };
+    std::vector<Saver> savers;
+    for (int o : io.outputs) {
+      const PNode& n = g.nodes[o];
+      Saver sv{tile.at(o), {}, {}, g.device_dtype(o), n.name, static_cast<int>(n.shape.size())};
+      for (const GridDim& d : s.grid) {
+        if (n.split > 0 && d.label == g.split_label)
+          sv.omap.push_back(0);
+        else
+          sv.omap.push_back(dim_with(o, d.label, n.split > 0 ? 1 : 0));
+      }
+      if (s.grid.empty()) sv.omap.push_back(-1);
+      if (s.loop_label >= 0)
+        sv.fmap.push_back(is_looped(sv.value) ? dim_with(o, s.loop_label) : -1);
+      savers.push_back(std::move(sv));
+    }
+    (void)partial;
+
+    // Thread-level fusion: single-use elementwise producers fold into their elementwise
+    // consumer; constants fold into every elementwise consumer.
+    size_t n_ops = ops.size();
+    std::vector<std::vector<int>> users(n_ops);
+    std::vector<int> saved(n_ops, 0);
+    for (size_t i = 0; i < n_ops; ++i)
+      for (int j : ops[i].in) users[j].push_back(static_cast<int>(i));
+    for (const Saver& sv : savers) saved[sv.value]++;
+    auto elementwise_nonconst_inputs = [&](int c) {
+      for (int j : ops[c].in)
+        if (ops[j].kind != OpKind::Constant) return true;
+      return false;
+    };
+    std::vector<bool> absorbed(n_ops, false);
+    for (size_t i = 0; i < n_ops; ++i) {
+      if (!is_elementwise(ops[i].kind) || saved[i]) continue;
+      if (ops[i].kind == OpKind::Constant) {
+        bool ok = !users[i].empty();
+        for (int u : users[i])
+          ok &= is_elementwise(ops[u].kind) && ops[u].kind != OpKind::Constant &&
+                elementwise_nonconst_inputs(u);
+        absorbed[i] = ok;
+      } else {
+        absorbed[i] = users[i].size() == 1 && is_elementwise(ops[users[i][0]].kind);
+      }
+    }
+    // Emission.
+    BlockGraphBuilder bb(grid, s.block_threads, loop, descs);
+    std::vector<int> emitted(n_ops, -1);
+    int count = 0;
+    for (size_t i = 0; i < n_ops; ++i) {
+      const LOp& op = ops[i];
+      if (op.kind == OpKind::Input) {
+        emitted[i] = bb.input(op.io, op.imap, op.fmap, op.name);
+        ++count;
+        continue;
+      }
+      if (absorbed[i]) continue;
+      if (!is_elementwise(op.kind) || op.kind == OpKind::Constant) {
+        std::vector<int> in;
+        for (int j : op.in) in.push_back(emitted[j]);
+        emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
+        ++count;
+        continue;
+      }
+      // An elementwise root: gather its tree of absorbed producers.
+      std::vector<int> leaves;
+      std::function<void(int)> collect = [&](int j) {
+        for (int k : ops[j].in) {
+          if (absorbed[k]) {
+            if (ops[k].kind != OpKind::Constant) collect(k);
+          } else if (std::find(leaves.begin(), leaves.end(), k) == leaves.end()) {
+            leaves.push_back(k);
+          }
+        }
+      };
+      collect(static_cast<int>(i));
+      bool tree = std::any_of(op.in.begin(), op.in.end(), [&](int k) { return absorbed[k]; });
+      if (!tree) {
+        std::vector<int> in;
+        for (int j : op.in) in.push_back(emitted[j]);
+        emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
+        ++count;
+        continue;
+      }
+      ThreadGraph tg;
+      tg.num_inputs = static_cast<int>(leaves.size());
+      std::function<int(int)> build = [&](int j) -> int {
+        ThreadOp t{ops[j].kind, {}, ops[j].attrs};
+        for (int k : ops[j].in) {
+          if (absorbed[k])
+            t.inputs.push_back(build(k));
+          else
+            t.inputs.push_back(
+                static_cast<int>(std::find(leaves.begin(), leaves.end(), k) - leaves.begin()));
+        }
+        tg.ops.push_back(std::move(t));
+        return tg.num_inputs + static_cast<int>(tg.ops.size()) - 1;
+      };
+      build(static_cast<int>(i));
+      std::vector<int> in;
+      for (int k : leaves) in.push_back(emitted[k]);
+      emitted[i] = bb.fused(std::move(tg), in, op.name);
+      ++count;
+    }
+    for (const Saver& sv : savers) {
+      bb.output(emitted[sv.value], sv.omap, sv.fmap, sv.dtype, sv.name, sv.rank, "save_" + sv.name);
+      ++count;
+    }
+    if (count > max_block_ops)
+      throw LowerError{LowerFailure::Ops,
+                       fmt::format("{} block ops (limit {})", count, max_block_ops)};
+    res.block = std::make_shared<const BlockGraph>(std::move(bb).finish(target));
+  } catch (const LowerError& e) {
+    res.failure = e.f;
+    res.message = e.msg;
+  } catch (const UserError& e) {
+    switch (e.code()) {
+      case ErrorCode::Resource:
+        res.failure = LowerFailure::Resource;
+        break;
+      case ErrorCode::Structure:
+        res.failure = LowerFailure::Stage;
+        break;
+      default:
+        res.failure = LowerFailure::Map;
+        break;
+    }
+    res.message = e.render();
+  }
+  return res;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assembly.
+
+bool predefined_ok(const PGraph& g, int n) {
+  const PNode& x = g.nodes[n];
+  if (x.split > 0 || x.kind == OpKind::Input) return false;
+  std::vector<DType> dts;
+  std::vector<bool> is_const;
+  for (int i : x.inputs) {
+    dts.push_back(g.device_dtype(i));
+    is_const.push_back(g.is_const(i));
+  }
+  DType t = x.kind == OpKind::Constant ? DType::F32 : infer_op_dtype(x.kind, dts, is_const);
+  return t == g.device_dtype(n);
+}
+
+KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch) {
+  KernelGraphBuilder kb(g.name, g.doc, arch);
+  std::map<int, int> tensor;  // node -> tensor id
+  for (int i : g.inputs) tensor[i] = kb.input(g.nodes[i].name, g.nodes[i].shape, g.nodes[i].dtype);
+  auto constant = [&](int c) {
+    if (!tensor.count(c))
+      tensor[c] = kb.op(OpKind::Constant, {}, g.nodes[c].attrs, g.nodes[c].name);
+    return tensor[c];
+  };
+  int k = 0;
+  for (const KernelChoice& kc : kernels) {
+    if (!kc.block) {
+      KILN_ASSERT(kc.group.size() == 1, "a predefined kernel has one op");
+      int x = kc.group[0];
+      const PNode& n = g.nodes[x];
+      KILN_ASSERT(n.split == 0, "a partial reduction as a predefined op");
+      std::vector<int> in;
+      for (int i : n.inputs) in.push_back(g.is_const(i) ? constant(i) : tensor.at(i));
+      tensor[x] = kb.op(n.kind, in, n.attrs, n.name);
+      ++k;
+      continue;
+    }
+    GroupIO io = group_io(g, kc.group);
+    std::vector<int> in;
+    for (int i : io.inputs) in.push_back(tensor.at(i));
+    std::vector<int> outs =
+        kb.graph_defined(kc.block, in, fmt::format("k{}_{}", k, g.nodes[kc.group.back()].name));
+    KILN_ASSERT(outs.size() == io.outputs.size(), "kernel outputs");
+    for (size_t i = 0; i < outs.size(); ++i) tensor[io.outputs[i]] = outs[i];
+    ++k;
+  }
+  for (int o : g.outputs) kb.output(g.is_const(o) ? constant(o) : tensor.at(o));
+  return std::move(kb).finish();
+}
+
+std::string fingerprint(const KernelGraph& g) {
+  std::string s;
+  for (int i : g.inputs)
+    s += fmt::format("in{}{};", shape_str(g.tensor(i).shape), int(g.tensor(i).dtype));
+  for (const KernelOp& op : g.ops) {
+    s += fmt::format("op{}(", int(op.kind));
+    for (int i : op.inputs) s += fmt::format("{},", i);
+    s += fmt::format(")a{},{},{},{};", op.attrs.dim, op.attrs.keepdim, op.attrs.value,
+                     fmt::join(op.attrs.perm, "."));
+    if (op.block) {
+      const BlockGraph& b = *op.block;
+      s += fmt::format("g[{}]t{}l[{}]", fmt::join(b.grid, ","), b.block_threads,
+                       fmt::join(b.loop, ","));
+      for (const BlockOp& o : b.ops) {
+        s += fmt::format("b{}({})io{}i[{}]f[{}]a{},{},{}", int(o.kind), fmt::join(o.inputs, ","),
+                         o.io, fmt::join(o.imap, ","), fmt::join(o.fmap, ","), o.attrs.dim,
+                         o.attrs.keepdim, o.attrs.value);
+        if (o.thread)
+          for (const ThreadOp& t : o.thread->ops)
+            s += fmt::format("t{}({}){}", int(t.kind), fmt::join(t.inputs, ","), t.attrs.value);
+        s += ";";
+      }
+      for (const TensorDesc& t : b.outputs)
+        s += fmt::format("o{}{};", shape_str(t.shape), int(t.dtype));
+    }
+  }
+  for (int o : g.outputs) s += fmt::format("out{};", o);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace kiln::search

@@ -1,0 +1,658 @@
+// The search driver: variants in parallel, partitions and schedules within each, pruning,
+// costing, then verification in rank order (docs/search.md).
+#include "kiln/search/search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
+#include "kiln/search/absexpr.h"
+#include "kiln/search/prune.h"
+#include "kiln/search/trace.h"
+#include "kiln/verifier/verify.h"
+
+namespace kiln::search {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::Exhausted:
+      return "exhausted";
+    case StopReason::TimeLimit:
+      return "time_limit";
+    case StopReason::StateLimit:
+      return "state_limit";
+    case StopReason::MemoryLimit:
+      return "memory_limit";
+  }
+  return "?";
+}
+
+nlohmann::json SearchConfig::to_json() const {
+  return {{"arch", target_for(arch).name},
+          {"time_limit_s", time_limit_s},
+          {"max_states", max_states},
+          {"max_memory_mb", max_memory_mb},
+          {"seed", seed},
+          {"top_k", top_k},
+          {"max_kernels", max_kernels},
+          {"max_block_ops", max_block_ops},
+          {"beam", beam},
+          {"hoist_scales", variants.hoist_scales},
+          {"split", variants.split},
+          {"max_split", variants.max_split},
+          {"min_split_tile", variants.min_split_tile},
+          {"max_grid_dims", schedules.max_grid_dims},
+          {"max_blocks", schedules.max_blocks},
+          {"max_schedules", schedules.max_schedules},
+          {"block_threads", schedules.block_threads},
+          {"prune", prune},
+          {"use_z3", use_z3},
+          {"verify", verify},
+          {"float_check", float_check}};
+}
+
+nlohmann::json SearchStats::to_json() const {
+  return {{"states", states},
+          {"variants", variants},
+          {"partitions", partitions},
+          {"groups", groups},
+          {"schedules", schedules},
+          {"lowered", lowered},
+          {"complete", complete},
+          {"verified", verified},
+          {"rejected", rejected},
+          {"pruned", pruned},
+          {"time_first_valid_s", time_first_valid_s},
+          {"time_best_s", time_best_s},
+          {"generate_s", generate_s},
+          {"verify_s", verify_s},
+          {"elapsed_s", elapsed_s},
+          {"pruner", pruner}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t rss_mb() {
+  std::ifstream f("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(f >> pages >> resident)) return 0;
+  return resident * 4096 / (1 << 20);
+}
+
+// One kernel choice for a group, with its modeled cost.
+struct Choice {
+  KernelChoice kernel;
+  double time = 0;
+  std::string detail;
+};
+
+struct GroupResult {
+  std::vector<Choice> kept;  // cheapest first, at most beam
+  int64_t state = -1;        // local trace id
+};
+
+// What one variant's task produces.
+struct Branch {
+  std::vector<TraceEvent> events;  // ids local to the branch (parent < 0: the variant itself)
+  std::vector<Candidate> candidates;
+  SearchStats stats;
+  bool pruned = false;
+};
+
+// Shared between tasks: limits and progress.
+struct Shared {
+  Clock::time_point start, deadline;
+  const SearchConfig* config;
+  std::atomic<int64_t> states{0}, lowered{0};
+  std::atomic<int> stop{-1};  // a StopReason once a limit is hit
+  std::mutex progress_mu;
+  const ProgressFn* progress = nullptr;
+  Clock::time_point last_progress;
+  std::atomic<double> best_us{0};
+  std::mutex pruned_mu;
+  std::map<std::string, int64_t> pruned;
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  bool stopped() const { return stop.load() >= 0; }
+  void halt(StopReason r) {
+    int expect = -1;
+    stop.compare_exchange_strong(expect, static_cast<int>(r));
+  }
+  // Counts a state; checks the limits every so often.
+  void count_state() {
+    int64_t n = ++states;
+    if (n >= config->max_states) halt(StopReason::StateLimit);
+    if ((n & 255) == 0) {
+      if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
+      if ((n & 4095) == 0 && rss_mb() > config->max_memory_mb) halt(StopReason::MemoryLimit);
+      report("generate", 0);
+    }
+  }
+  void add_pruned(const std::string& why) {
+    std::lock_guard<std::mutex> l(pruned_mu);
+    pruned[why]++;
+  }
+  void report(const char* phase, int64_t verified, bool force = false) {
+    if (!progress || !*progress) return;
+    std::unique_lock<std::mutex> l(progress_mu, std::try_to_lock);
+    if (!l.owns_lock()) return;
+    auto now = Clock::now();
+    if (!force && now - last_progress < std::chrono::milliseconds(100)) return;
+    last_progress = now;
+    Progress p;
+    p.states = states.load();
+    p.lowered = lowered.load();
+    p.verified = verified;
+    {
+      std::lock_guard<std::mutex> l2(pruned_mu);
+      p.pruned = pruned;
+    }
+    p.best_us = best_us.load();
+    p.elapsed_s = elapsed();
+    p.limit_s = config->time_limit_s;
+    p.phase = phase;
+    (*progress)(p);
+  }
+};
+
+// Abstract expressions of a primitive graph's nodes (partials: the sum over one part).
+std::vector<AbsExpr> node_exprs(const PGraph& g) {
+  std::vector<AbsExpr> e(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const PNode& x = g.nodes[n];
+    if (x.kind == OpKind::Input) {
+      e[n] = AbsExpr::input(x.name);
+      continue;
+    }
+    std::vector<AbsExpr> ops;
+    std::vector<Shape> shapes;
+    for (int i : x.inputs) {
+      ops.push_back(e[i]);
+      shapes.push_back(g.nodes[i].shape);
+    }
+    if (x.split > 0) {
+      // The partial reduces one part of its label.
+      if (x.kind == OpKind::MatMul) {
+        shapes[0].back() /= x.split;
+        shapes[1][shapes[1].size() - 2] /= x.split;
+      } else {
+        shapes[0][x.attrs.dim] /= x.split;
+      }
+    }
+    e[n] = abstract_op(x.kind, x.attrs, ops, shapes);
+  }
+  return e;
+}
+
+class BranchRunner {
+ public:
+  BranchRunner(const KernelGraph& spec, const PGraph& v, Shared& sh, Pruner* pruner,
+               const Target& target)
+      : spec_(spec), v_(v), sh_(sh), pruner_(pruner), target_(target), cfg_(*sh.config) {}
+
+  Branch run() {
+    exprs_ = node_exprs(v_);
+    if (pruner_) {
+      for (size_t n = 0; n < v_.nodes.size(); ++n)
+        if (v_.nodes[n].kind != OpKind::Input && !v_.is_const(static_cast<int>(n)) &&
+            !pruner_->keep(exprs_[n])) {
+          prune(-1, "variant", "expr", fmt::format("{} = {}", v_.nodes[n].name, exprs_[n].str()));
+          out_.pruned = true;
+          return std::move(out_);
+        }
+    }
+    std::vector<Partition> parts = enumerate_partitions(v_, cfg_.max_kernels);
+    for (size_t pi = 0; pi < parts.size() && !sh_.stopped(); ++pi) run_partition(parts[pi]);
+    return std::move(out_);
+  }
+
+ private:
+  int64_t event(int64_t parent, const char* kind, const char* ev, std::string reason,
+                std::string detail, double cost_us = -1) {
+    TraceEvent e;
+    e.id = static_cast<int64_t>(out_.events.size());
+    e.parent = parent;
+    e.kind = kind;
+    e.event = ev;
+    e.reason = std::move(reason);
+    e.detail = std::move(detail);
+    e.cost_us = cost_us;
+    e.t = sh_.elapsed();
+    out_.events.push_back(std::move(e));
+    return out_.events.back().id;
+  }
+  int64_t state(int64_t parent, const char* kind, std::string detail) {
+    sh_.count_state();
+    out_.stats.states++;
+    return event(parent, kind, "expanded", {}, std::move(detail));
+  }
+  void prune(int64_t parent, const char* kind, const std::string& why, std::string detail) {
+    out_.stats.pruned[why]++;
+    sh_.add_pruned(why);
+    event(parent, kind, "pruned", why, std::move(detail));
+  }
+
+  std::string group_str(const std::vector<int>& grp) const {
+    std::vector<std::string> names;
+    for (int x : grp) names.push_back(v_.nodes[x].name);
+    return fmt::format("{{{}}}", fmt::join(names, ", "));
+  }
+
+  // The cost of one kernel alone: a graph of the group's inputs and that kernel.
+  double kernel_time(const KernelChoice& kc) {
+    GroupIO io = group_io(v_, kc.group);
+    KernelGraphBuilder kb("k", "", cfg_.arch);
+    std::map<int, int> t;
+    for (int i : io.inputs)
+      t[i] = kb.input(v_.nodes[i].name, v_.nodes[i].shape, v_.device_dtype(i));
+    if (kc.block) {
+      std::vector<int> in;
+      for (int i : io.inputs) in.push_back(t[i]);
+      for (int o : kb.graph_defined(kc.block, in, "k")) kb.output(o);
+    } else {
+      const PNode& n = v_.nodes[kc.group[0]];
+      std::vector<int> in;
+      for (int i : n.inputs)
+        in.push_back(v_.is_const(i)
+                         ? kb.op(OpKind::Constant, {}, v_.nodes[i].attrs, v_.nodes[i].name)
+                         : t[i]);
+      kb.output(kb.op(n.kind, in, n.attrs, n.name));
+    }
+    KernelGraph g = std::move(kb).finish();
+    return estimate_cost(g, target_).time;
+  }
+
+  // Abstract-expression check of every tile of a lowered block graph.
+  bool tiles_pass(const BlockGraph& bg, const GroupIO& io, std::string& why) {
+    if (!pruner_) return true;
+    std::vector<AbsExpr> in;
+    for (int i : io.inputs) in.push_back(exprs_[i]);
+    std::vector<AbsExpr> es = abstract_block(bg, in);
+    for (size_t i = 0; i < es.size(); ++i) {
+      if (checked_.count(es[i].id())) continue;
+      if (!pruner_->keep(es[i])) {
+        why = fmt::format("{} = {}", bg.ops[i].name, es[i].str());
+        return false;
+      }
+      checked_.insert(es[i].id());
+    }
+    return true;
+  }
+
+  const GroupResult& group(const std::vector<int>& grp, int64_t parent) {
+    auto it = memo_.find(grp);
+    if (it != memo_.end()) return it->second;
+    GroupResult r;
+    out_.stats.groups++;
+    r.state = state(parent, "group", group_str(grp));
+    GroupIO io = group_io(v_, grp);
+    std::vector<Choice> all;
+    bool single = grp.size() == 1 && predefined_ok(v_, grp[0]);
+    if (single) {
+      Choice c;
+      c.kernel = {grp, nullptr};
+      c.time = kernel_time(c.kernel);
+      c.detail = fmt::format("predefined {}", op_name(v_.nodes[grp[0]].kind));
+      int64_t s = state(r.state, "schedule", c.detail);
+      event(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
+      all.push_back(c);
+    }
+    std::vector<Schedule> scheds = enumerate_schedules(v_, grp, cfg_.schedules);
+    for (const Schedule& sc : scheds) {
+      if (sh_.stopped()) break;
+      out_.stats.schedules++;
+      std::string d = sc.str(v_);
+      int64_t s = state(r.state, "schedule", d);
+      Lowered lw = lower_group(v_, grp, sc, target_, cfg_.max_block_ops);
+      if (!lw.block) {
+        prune(s, "schedule", lower_failure_name(lw.failure), lw.message);
+        continue;
+      }
+      out_.stats.lowered++;
+      sh_.lowered++;
+      std::string why;
+      if (!tiles_pass(*lw.block, io, why)) {
+        prune(s, "schedule", "expr", why);
+        continue;
+      }
+      Choice c;
+      c.kernel = {grp, lw.block};
+      c.time = kernel_time(c.kernel);
+      c.detail = d;
+      event(s, "schedule", "costed", {}, d, c.time * 1e6);
+      all.push_back(std::move(c));
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Choice& a, const Choice& b) { return a.time < b.time; });
+    if (static_cast<int>(all.size()) > cfg_.beam) all.resize(cfg_.beam);
+    r.kept = std::move(all);
+    return memo_.emplace(grp, std::move(r)).first->second;
+  }
+
+  void run_partition(const Partition& p) {
+    out_.stats.partitions++;
+    std::vector<std::string> gs;
+    for (const auto& g : p.groups) gs.push_back(group_str(g));
+    int64_t ps = state(-1, "partition", fmt::format("{}", fmt::join(gs, " | ")));
+    std::vector<const GroupResult*> rs;
+    for (const auto& g : p.groups) {
+      const GroupResult& r = group(g, -1);
+      if (r.kept.empty()) {
+        prune(ps, "partition", "no_kernel", fmt::format("no feasible kernel for {}", group_str(g)));
+        return;
+      }
+      rs.push_back(&r);
+    }
+    // The cheapest choice for every group, then each group's runner-up with the others cheapest.
+    std::vector<std::vector<int>> picks{std::vector<int>(rs.size(), 0)};
+    for (size_t i = 0; i < rs.size(); ++i)
+      if (rs[i]->kept.size() > 1) {
+        std::vector<int> alt(rs.size(), 0);
+        alt[i] = 1;
+        picks.push_back(alt);
+      }
+    for (const auto& pick : picks) {
+      std::vector<KernelChoice> ks;
+      std::vector<std::string> ds;
+      for (size_t i = 0; i < rs.size(); ++i) {
+        ks.push_back(rs[i]->kept[pick[i]].kernel);
+        ds.push_back(rs[i]->kept[pick[i]].detail);
+      }
+      Candidate c;
+      c.graph = assemble(v_, ks, cfg_.arch);
+      c.cost = estimate_cost(c.graph, target_);
+      c.fingerprint = fingerprint(c.graph);
+      c.rewrites = v_.rewrites;
+      out_.stats.complete++;
+      c.state = state(ps, "candidate", fmt::format("{}", fmt::join(ds, " | ")));
+      event(c.state, "candidate", "costed", {}, c.fingerprint, c.cost.time * 1e6);
+      double cur = sh_.best_us.load();
+      double mine = c.cost.time * 1e6;
+      while ((cur == 0 || mine < cur) && !sh_.best_us.compare_exchange_weak(cur, mine)) {
+      }
+      out_.candidates.push_back(std::move(c));
+    }
+  }
+
+  const KernelGraph& spec_;
+  const PGraph& v_;
+  Shared& sh_;
+  Pruner* pruner_;
+  const Target& target_;
+  const SearchConfig& cfg_;
+  std::vector<AbsExpr> exprs_;
+  std::set<uint32_t> checked_;
+  std::map<std::vector<int>, GroupResult> memo_;
+  Branch out_;
+};
+
+void merge_stats(SearchStats& into, const SearchStats& s) {
+  into.states += s.states;
+  into.partitions += s.partitions;
+  into.groups += s.groups;
+  into.schedules += s.schedules;
+  into.lowered += s.lowered;
+  into.complete += s.complete;
+  for (const auto& [k, v] : s.pruned) into.pruned[k] += v;
+}
+
+}  // namespace
+
+SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, TraceWriter* trace,
+                        const ProgressFn& progress) {
+  Shared sh;
+  sh.start = Clock::now();
+  sh.deadline = sh.start + std::chrono::microseconds(int64_t(config.time_limit_s * 1e6));
+  sh.config = &config;
+  sh.progress = &progress;
+  const Target& target = target_for(config.arch);
+  SearchResult res;
+  SearchStats& st = res.stats;
+
+  // The root, and the spec itself as the fallback candidate.
+  std::vector<TraceEvent> events;
+  auto ev = [&](int64_t id, int64_t parent, const char* kind, const char* e, std::string reason,
+                std::string detail, double cost_us = -1) {
+    TraceEvent t;
+    t.id = id;
+    t.parent = parent;
+    t.kind = kind;
+    t.event = e;
+    t.reason = std::move(reason);
+    t.detail = std::move(detail);
+    t.cost_us = cost_us;
+    t.t = sh.elapsed();
+    events.push_back(std::move(t));
+  };
+  int64_t next_id = 0;
+  ev(next_id++, -1, "root", "expanded", {}, fmt::format("spec {}", spec.name));
+  st.states++;
+  Candidate fallback;
+  fallback.graph = spec;
+  fallback.graph.arch = config.arch;
+  fallback.cost = estimate_cost(fallback.graph, target);
+  fallback.fingerprint = fingerprint(fallback.graph);
+  fallback.is_spec = true;
+  fallback.verified = true;
+  fallback.verdict = "the spec itself";
+  fallback.state = next_id++;
+  ev(fallback.state, 0, "candidate", "costed", {}, "the spec itself (predefined ops)",
+     fallback.cost.time * 1e6);
+  st.states++;
+
+  std::unique_ptr<Pruner> pruner;
+  if (config.prune) {
+    PrunerOptions po;
+    po.use_z3 = config.use_z3;
+    pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po));
+  }
+
+  PGraph base = expand_spec(spec);
+  std::vector<PGraph> variants = enumerate_variants(base, config.variants);
+  std::vector<int64_t> variant_ids;
+  for (const PGraph& v : variants) {
+    variant_ids.push_back(next_id);
+    ev(next_id++, 0, "variant", "expanded", {},
+       v.rewrites.empty() ? std::string("plain expansion")
+                          : fmt::format("{}", fmt::join(v.rewrites, "; ")));
+    st.states++;
+    st.variants++;
+  }
+  sh.states = st.states;
+
+  std::vector<Branch> branches(variants.size());
+  int threads = config.threads > 0 ? config.threads : tbb::this_task_arena::max_concurrency();
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_for(
+        size_t(0), variants.size(),
+        [&](size_t i) {
+          if (sh.stopped()) return;
+          BranchRunner br(spec, variants[i], sh, pruner.get(), target);
+          branches[i] = br.run();
+        },
+        tbb::simple_partitioner());
+  });
+  st.generate_s = sh.elapsed();
+  if (sh.stopped()) res.stop = static_cast<StopReason>(sh.stop.load());
+
+  // Merge in variant order; renumber trace ids.
+  std::vector<Candidate> cands;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    Branch& b = branches[i];
+    int64_t base_id = next_id;
+    for (TraceEvent& e : b.events) {
+      e.parent = e.parent < 0 ? variant_ids[i] : base_id + e.parent;
+      e.id += base_id;
+      events.push_back(std::move(e));
+    }
+    next_id += static_cast<int64_t>(b.events.size());
+    // Events were counted as states already where they expanded something.
+    merge_stats(st, b.stats);
+    if (b.pruned) st.pruned["expr"] += 0;
+    for (Candidate& c : b.candidates) {
+      c.state += base_id;
+      cands.push_back(std::move(c));
+    }
+  }
+  for (const auto& [k, v] : st.pruned) (void)k, (void)v;
+  // Deduplicate by fingerprint (first kept) and rank; ties by kernels then fingerprint.
+  std::set<std::string> seen{fallback.fingerprint};
+  std::vector<Candidate> uniq;
+  for (Candidate& c : cands)
+    if (seen.insert(c.fingerprint).second)
+      uniq.push_back(std::move(c));
+    else
+      st.pruned["duplicate"]++;
+  uniq.push_back(std::move(fallback));
+  std::stable_sort(uniq.begin(), uniq.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.cost.time != b.cost.time) return a.cost.time < b.cost.time;
+    if (a.cost.launches != b.cost.launches) return a.cost.launches < b.cost.launches;
+    return a.fingerprint < b.fingerprint;
+  });
+
+  // Verification in rank order until top_k candidates pass (the spec needs none). Past the
+  // deadline we still verify until one candidate is ranked.
+  auto tv = Clock::now();
+  bool have_winner = false;
+  for (Candidate& c : uniq) {
+    if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
+    if (have_winner && Clock::now() >= sh.deadline) {
+      if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
+      break;
+    }
+    if (!c.is_spec && config.verify) {
+      verifier::VerifyOptions vo;
+      vo.seed = config.seed;
+      vo.threads = config.threads;
+      verifier::Verdict v = verifier::verify(spec, c.graph, vo);
+      std::string line =
+          fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome), v.bound,
+                      v.trials, v.scaled ? ", scaled" : "");
+      if (!v.equivalent()) {
+        c.verdict = line;
+        ev(next_id++, c.state, "candidate", "rejected", "verifier", line, c.cost.time * 1e6);
+        st.rejected++;
+        res.rejected.push_back(std::move(c));
+        continue;
+      }
+      c.verified = true;
+      c.verdict = line;
+      if (!have_winner && config.float_check) {
+        verifier::FloatCheckOptions fo;
+        fo.threads = config.threads;
+        verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
+        if (!fc.ok) {
+          c.verified = false;
+          c.verdict = line + "; float check failed";
+          ev(next_id++, c.state, "candidate", "rejected", "float_check", fc.summary(),
+             c.cost.time * 1e6);
+          st.rejected++;
+          res.rejected.push_back(std::move(c));
+          continue;
+        }
+        c.verdict += "; float check ok";
+      }
+      st.verified++;
+      ev(next_id++, c.state, "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
+      if (st.time_first_valid_s < 0) st.time_first_valid_s = sh.elapsed();
+    } else if (!c.is_spec) {
+      c.verified = false;
+      c.verdict = "not verified (verification off)";
+    }
+    if (!have_winner) st.time_best_s = sh.elapsed();
+    have_winner = true;
+    res.ranked.push_back(std::move(c));
+    sh.report("verify", st.verified);
+  }
+  st.verify_s = std::chrono::duration<double>(Clock::now() - tv).count();
+  st.states = sh.states.load();
+  st.elapsed_s = sh.elapsed();
+  if (pruner) st.pruner = pruner->stats().str();
+  if (trace) trace->write_all(events);
+  sh.report("done", st.verified, true);
+  KILN_ASSERT(!res.ranked.empty(), "the spec is always a candidate");
+  return res;
+}
+
+nlohmann::json result_to_json(const SearchResult& r, bool with_graphs) {
+  nlohmann::json cs = nlohmann::json::array();
+  auto one = [&](const Candidate& c, int rank) {
+    nlohmann::json j = {{"rank", rank},
+                        {"fingerprint", c.fingerprint},
+                        {"kernels", c.graph.num_kernels()},
+                        {"time_us", c.cost.time * 1e6},
+                        {"cost", cost_to_json(c.cost)},
+                        {"verified", c.verified},
+                        {"verdict", c.verdict},
+                        {"is_spec", c.is_spec},
+                        {"rewrites", c.rewrites},
+                        {"trace_id", c.state}};
+    if (with_graphs) j["mugraph"] = mugraph_to_json(c.graph);
+    return j;
+  };
+  for (size_t i = 0; i < r.ranked.size(); ++i) cs.push_back(one(r.ranked[i], int(i) + 1));
+  nlohmann::json rej = nlohmann::json::array();
+  for (const Candidate& c : r.rejected) rej.push_back(one(c, 0));
+  return {{"stop_reason", stop_reason_name(r.stop)},
+          {"statistics", r.stats.to_json()},
+          {"ranked", cs},
+          {"rejected", rej}};
+}
+
+SearchResult result_from_json(const nlohmann::json& j) {
+  SearchResult r;
+  std::string s = j.at("stop_reason").get<std::string>();
+  for (StopReason x : {StopReason::Exhausted, StopReason::TimeLimit, StopReason::StateLimit,
+                       StopReason::MemoryLimit})
+    if (s == stop_reason_name(x)) r.stop = x;
+  const nlohmann::json& st = j.at("statistics");
+  r.stats.states = st.value("states", int64_t(0));
+  r.stats.variants = st.value("variants", int64_t(0));
+  r.stats.partitions = st.value("partitions", int64_t(0));
+  r.stats.groups = st.value("groups", int64_t(0));
+  r.stats.schedules = st.value("schedules", int64_t(0));
+  r.stats.lowered = st.value("lowered", int64_t(0));
+  r.stats.complete = st.value("complete", int64_t(0));
+  r.stats.verified = st.value("verified", int64_t(0));
+  r.stats.rejected = st.value("rejected", int64_t(0));
+  r.stats.pruned = st.value("pruned", std::map<std::string, int64_t>{});
+  r.stats.time_first_valid_s = st.value("time_first_valid_s", -1.0);
+  r.stats.time_best_s = st.value("time_best_s", -1.0);
+  r.stats.generate_s = st.value("generate_s", 0.0);
+  r.stats.verify_s = st.value("verify_s", 0.0);
+  r.stats.elapsed_s = st.value("elapsed_s", 0.0);
+  r.stats.pruner = st.value("pruner", std::string());
+  auto load = [&](const nlohmann::json& c) {
+    Candidate k;
+    k.graph = mugraph_from_json(c.at("mugraph"), "<cache>");
+    k.cost = estimate_cost(k.graph, target_for(k.graph.arch));
+    k.fingerprint = c.at("fingerprint").get<std::string>();
+    k.verified = c.at("verified").get<bool>();
+    k.verdict = c.at("verdict").get<std::string>();
+    k.is_spec = c.at("is_spec").get<bool>();
+    k.rewrites = c.at("rewrites").get<std::vector<std::string>>();
+    k.state = c.at("trace_id").get<int64_t>();
+    return k;
+  };
+  for (const auto& c : j.at("ranked")) r.ranked.push_back(load(c));
+  for (const auto& c : j.at("rejected")) r.rejected.push_back(load(c));
+  if (r.ranked.empty()) throw std::runtime_error("empty cached result");
+  return r;
+}
+
+}  // namespace kiln::search
