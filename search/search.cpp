@@ -450,6 +450,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   fallback.verified = true;
   fallback.verdict = "the spec itself";
   fallback.state = next_id++;
+  ev(fallback.state, 0, "candidate", "expanded", {}, "the spec itself (predefined ops)");
   ev(fallback.state, 0, "candidate", "costed", {}, "the spec itself (predefined ops)",
      fallback.cost.time * 1e6);
   st.states++;

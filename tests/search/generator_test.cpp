@@ -1,0 +1,137 @@
+// The generator: expansion, variants, canonical partitions, schedules, lowering and its
+// feasibility checks, assembly.
+#include "kiln/search/generator.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "kiln/ir/json_io.h"
+#include "search_test_util.h"
+
+namespace kiln::search {
+namespace {
+
+TEST(Generator, ExpandsRmsNormIntoPrimitivesWithSharedLabels) {
+  PGraph g = expand_spec(testing::small_rmsnorm_linear());
+  std::set<OpKind> kinds;
+  for (const PNode& n : g.nodes) kinds.insert(n.kind);
+  EXPECT_TRUE(kinds.count(OpKind::Square) && kinds.count(OpKind::Sum) && kinds.count(OpKind::Sqrt));
+  EXPECT_FALSE(kinds.count(OpKind::RmsNorm));
+  // X's hidden dim and W's rows are the same label: the matmul contracts what the norm reduces.
+  int x = g.inputs[0], w = g.inputs[1];
+  EXPECT_EQ(g.labels[x][1], g.labels[w][0]);
+  EXPECT_NE(g.labels[x][1], g.labels[w][1]);
+}
+
+TEST(Generator, VariantsIncludeTheHoistAndSplits) {
+  std::vector<PGraph> vs = enumerate_variants(expand_spec(testing::small_rmsnorm_linear()), {});
+  bool hoist = false, split = false;
+  for (const PGraph& v : vs)
+    for (const std::string& r : v.rewrites) {
+      hoist |= r.rfind("hoist", 0) == 0;
+      split |= r.rfind("split", 0) == 0;
+    }
+  EXPECT_TRUE(hoist);
+  EXPECT_TRUE(split);
+  EXPECT_TRUE(vs.front().rewrites.empty());  // the plain expansion first
+}
+
+TEST(Generator, PartitionsAreCanonicalAndDistinct) {
+  for (const PGraph& v : enumerate_variants(expand_spec(testing::small_gated_mlp()), {})) {
+    std::set<std::vector<std::vector<int>>> seen;
+    std::vector<int> order = canonical_order(v);
+    for (const Partition& p : enumerate_partitions(v, 8)) {
+      EXPECT_TRUE(seen.insert(p.groups).second) << "a partition was generated twice";
+      std::vector<int> flat;
+      for (const auto& grp : p.groups) flat.insert(flat.end(), grp.begin(), grp.end());
+      EXPECT_EQ(flat, order);  // contiguous segments of the one canonical order
+    }
+  }
+}
+
+TEST(Generator, NoDuplicateCandidatesOnASmallSpec) {
+  // Every lowered kernel of every group of every partition of the plain variant, assembled with
+  // the first feasible kernel of the other groups: fingerprints never repeat.
+  PGraph v = expand_spec(testing::small_gated_mlp());
+  std::set<std::string> fps;
+  int n = 0;
+  for (const Partition& p : enumerate_partitions(v, 4)) {
+    std::vector<std::vector<KernelChoice>> per;
+    for (const auto& grp : p.groups) {
+      std::vector<KernelChoice> ks;
+      if (grp.size() == 1 && predefined_ok(v, grp[0])) ks.push_back({grp, nullptr});
+      for (const Schedule& s : enumerate_schedules(v, grp, {})) {
+        Lowered l = lower_group(v, grp, s, default_target());
+        if (l.block) ks.push_back({grp, l.block});
+      }
+      per.push_back(ks);
+    }
+    bool ok = true;
+    for (const auto& ks : per) ok &= !ks.empty();
+    if (!ok) continue;
+    for (size_t i = 0; i < per.size(); ++i)
+      for (size_t j = 0; j < per[i].size(); ++j) {
+        if (j == 0 && i > 0) continue;  // the all-first combination is counted once
+        std::vector<KernelChoice> pick;
+        for (size_t k = 0; k < per.size(); ++k) pick.push_back(per[k][k == i ? j : 0]);
+        KernelGraph g = assemble(v, pick, Arch::Sm90a);
+        EXPECT_TRUE(fps.insert(fingerprint(g)).second) << "duplicate candidate";
+        ++n;
+      }
+  }
+  EXPECT_GT(n, 50);
+}
+
+TEST(Generator, ScheduleFeasibilityIsExactPerTarget) {
+  // One block holds X [64, 1024] and W [1024, 32] (f16: 192 KiB) plus an 8 KiB f32 tile:
+  // fits sm_90a's 227 KiB, not sm_80's 163 KiB. Two loop steps fit both.
+  KernelGraph spec = parse_spec(R"({"name": "big", "inputs": [
+      {"name": "X", "shape": [64, 1024], "dtype": "f16"},
+      {"name": "W", "shape": [1024, 32], "dtype": "f16"}],
+    "nodes": [{"name": "O", "op": "matmul", "inputs": ["X", "W"]}], "outputs": ["O"]})");
+  PGraph g = expand_spec(spec);
+  std::vector<int> grp = canonical_order(g);
+  Schedule one;  // one block, no loop
+  Lowered h = lower_group(g, grp, one, target_for(Arch::Sm90a));
+  Lowered a = lower_group(g, grp, one, target_for(Arch::Sm80));
+  EXPECT_TRUE(h.block != nullptr) << h.message;
+  EXPECT_EQ(a.failure, LowerFailure::Resource);
+  Schedule looped = one;
+  looped.loop_label = g.labels[g.inputs[0]][1];
+  looped.loop_range = 2;
+  EXPECT_TRUE(lower_group(g, grp, looped, target_for(Arch::Sm80)).block != nullptr);
+}
+
+TEST(Generator, ReductionOverAGriddedLabelIsRejected) {
+  PGraph g = expand_spec(testing::small_matmul());
+  std::vector<int> grp = canonical_order(g);
+  Schedule s;
+  s.grid = {{g.labels[g.inputs[0]][1], 4}};  // partitions K without a split: wrong
+  EXPECT_EQ(lower_group(g, grp, s, default_target()).failure, LowerFailure::Map);
+}
+
+TEST(Generator, SplitKLowersToPartialAndCombine) {
+  PGraph base = expand_spec(testing::small_matmul());
+  for (const PGraph& v : enumerate_variants(base, {})) {
+    if (v.split_label < 0 || v.split_parts != 4) continue;
+    std::vector<int> order = canonical_order(v);
+    ASSERT_EQ(order.size(), 2u);  // the partial matmul, the combine
+    std::vector<KernelChoice> ks;
+    for (int x : order) {
+      std::vector<Schedule> ss = enumerate_schedules(v, {x}, {});
+      ASSERT_FALSE(ss.empty());
+      Lowered l = lower_group(v, {x}, ss.front(), default_target());
+      ASSERT_TRUE(l.block != nullptr) << l.message;
+      ks.push_back({{x}, l.block});
+    }
+    KernelGraph g = assemble(v, ks, Arch::Sm90a);
+    EXPECT_EQ(g.num_kernels(), 2);
+    EXPECT_EQ(g.tensor(g.ops[0].outputs[0]).shape, (Shape{4, 1, 32}));  // leading split dim
+    return;
+  }
+  FAIL() << "no 4-way split variant";
+}
+
+}  // namespace
+}  // namespace kiln::search

@@ -1,0 +1,103 @@
+// The search: finds fused verified candidates, is deterministic, stops for the stated reason,
+// and always has the spec to fall back on.
+#include "kiln/search/search.h"
+
+#include <gtest/gtest.h>
+
+#include "search_test_util.h"
+
+namespace kiln::search {
+namespace {
+
+SearchConfig small_config() {
+  SearchConfig c;
+  c.time_limit_s = 30;
+  c.threads = 2;
+  c.top_k = 2;
+  c.use_z3 = false;  // the pruner's fast path is enough here and keeps the test quick
+  c.variants.max_split = 4;
+  c.schedules.block_threads = {128};
+  return c;
+}
+
+TEST(Search, FindsOneFusedVerifiedKernelForGatedMlp) {
+  SearchResult r = run_search(testing::small_gated_mlp(), small_config());
+  EXPECT_EQ(r.stop, StopReason::Exhausted);
+  const Candidate& b = r.best();
+  EXPECT_FALSE(b.is_spec);
+  EXPECT_TRUE(b.verified) << b.verdict;
+  EXPECT_EQ(b.graph.num_kernels(), 1);
+  EXPECT_GT(r.stats.lowered, 0);
+  for (size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_LE(r.ranked[i - 1].cost.time, r.ranked[i].cost.time);
+}
+
+TEST(Search, HoistsTheNormOutOfTheMatmul) {
+  SearchResult r = run_search(testing::small_rmsnorm_linear(), small_config());
+  EXPECT_EQ(r.best().graph.num_kernels(), 1);
+  EXPECT_TRUE(r.best().verified);
+}
+
+TEST(Search, SameSpecSameConfigSameResult) {
+  SearchConfig c = small_config();
+  SearchResult a = run_search(testing::small_gated_mlp(), c);
+  SearchResult b = run_search(testing::small_gated_mlp(), c);
+  ASSERT_EQ(a.ranked.size(), b.ranked.size());
+  for (size_t i = 0; i < a.ranked.size(); ++i) {
+    EXPECT_EQ(a.ranked[i].fingerprint, b.ranked[i].fingerprint);
+    EXPECT_EQ(a.ranked[i].cost.time, b.ranked[i].cost.time);
+  }
+  EXPECT_EQ(a.stats.states, b.stats.states);
+  EXPECT_EQ(a.stats.pruned, b.stats.pruned);
+  // And with one thread.
+  c.threads = 1;
+  SearchResult s = run_search(testing::small_gated_mlp(), c);
+  EXPECT_EQ(s.best().fingerprint, a.best().fingerprint);
+  EXPECT_EQ(s.stats.states, a.stats.states);
+}
+
+TEST(Search, StopsAtTheStateLimit) {
+  SearchConfig c = small_config();
+  c.max_states = 40;
+  SearchResult r = run_search(testing::small_gated_mlp(), c);
+  EXPECT_EQ(r.stop, StopReason::StateLimit);
+  EXPECT_FALSE(r.ranked.empty());
+}
+
+TEST(Search, StopsAtTheTimeLimit) {
+  SearchConfig c = small_config();
+  c.time_limit_s = 0;
+  SearchResult r = run_search(testing::small_gated_mlp(), c);
+  EXPECT_EQ(r.stop, StopReason::TimeLimit);
+  EXPECT_FALSE(r.ranked.empty());
+}
+
+TEST(Search, StopsAtTheMemoryLimit) {
+  SearchConfig c = small_config();
+  c.max_memory_mb = 0;
+  c.variants.max_split = 64;
+  c.schedules.block_threads = {128, 256};
+  SearchResult r = run_search(testing::small_gated_mlp(), c);
+  EXPECT_EQ(r.stop, StopReason::MemoryLimit);
+}
+
+TEST(Search, FallsBackToTheSpec) {
+  SearchConfig c = small_config();
+  c.max_kernels = 0;  // no partition fits: only the spec is left
+  SearchResult r = run_search(testing::small_gated_mlp(), c);
+  ASSERT_EQ(r.ranked.size(), 1u);
+  EXPECT_TRUE(r.best().is_spec);
+  EXPECT_TRUE(r.best().verified);
+}
+
+TEST(Search, ReportHasEveryRankedCandidate) {
+  SearchResult r = run_search(testing::small_matmul(), small_config());
+  nlohmann::json j = result_to_json(r, true);
+  EXPECT_EQ(j["stop_reason"], "exhausted");
+  EXPECT_EQ(j["ranked"].size(), r.ranked.size());
+  SearchResult back = result_from_json(j);
+  EXPECT_EQ(back.best().fingerprint, r.best().fingerprint);
+}
+
+}  // namespace
+}  // namespace kiln::search
