@@ -29,8 +29,13 @@ KILN_DEV float ld(const T* p) {
 // cp.async of 4 or 8 bytes (the .ca form; .cg only takes 16).
 template <int BYTES>
 KILN_DEV void cp_async_small(uint32_t saddr, const void* gptr) {
+#ifdef KILN_SIM
+  kiln_sim::me().open.push_back({kiln_sim::smem_at(saddr, BYTES),
+                                 static_cast<const unsigned char*>(gptr), BYTES, BYTES});
+#else
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(saddr), "l"(gptr), "n"(BYTES)
                : "memory");
+#endif
 }
 
 // ---- Tile copies -------------------------------------------------------------------------------
@@ -221,6 +226,7 @@ KILN_HD Idx4 unravel4(int64_t e, int64_t d1, int64_t d2, int64_t d3) {
   return r;
 }
 
+#ifndef KILN_SIM  // the simulator has its own
 // C[b][M][N] = A[b][M][K] * B[b][K][N] on tensor cores, with up to two batch dims that may
 // broadcast: batch index b = (b0, b1) over extents (NB0, NB1), and operand X's batch offset is
 // b0 * X_s0 + b1 * X_s1 (0 strides broadcast). grid = (ceil(N / BN), ceil(M / BM), NB0 * NB1).
@@ -249,6 +255,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const rt::GmemView<TO> c{Cb + int64_t(m0) * N + n0, M - m0, N - n0, N};
   rt::store_acc(c, acc, r0, c0, threadIdx.x & 31, [](float v, int, int) { return v; });
 }
+
+#endif  // KILN_SIM
 
 // Generic FMA matmul for any dtypes and shapes: 32 x 32 output tiles, 256 threads, 4 outputs
 // per thread, K in slices of 32 through shared memory. Same batch convention as above.

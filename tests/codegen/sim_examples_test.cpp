@@ -1,0 +1,24 @@
+// Every example μGraph, emitted and run on the CPU simulator, matches its spec in float64.
+#include <gtest/gtest.h>
+
+#include "kiln/ir/json_io.h"
+#include "sim_runner.h"
+
+namespace kiln {
+namespace {
+
+class SimExample : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SimExample, MatchesSpec) {
+  std::string base = std::string(KILN_SOURCE_DIR) + "/examples/" + GetParam();
+  KernelGraph g = load_graph_file(base + ".mugraph.json");
+  KernelGraph spec = load_graph_file(base + ".json");
+  EXPECT_EQ(testing::check_in_simulator(g, spec, 7, "ex_" + GetParam()), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, SimExample,
+                         ::testing::Values("rmsnorm_linear", "gated_mlp", "gqa", "lora",
+                                           "add_rmsnorm", "skinny_gemm"));
+
+}  // namespace
+}  // namespace kiln
