@@ -26,6 +26,9 @@
 #ifndef KILN_RT_COPY_CUH
 #include "copy.cuh"
 #endif
+#ifndef KILN_RT_TMA_CUH
+#include "tma.cuh"
+#endif
 #ifndef KILN_RT_MMA_CUH
 #include "mma.cuh"
 #endif

@@ -24,3 +24,18 @@ __global__ void nvrtc_check_misc(float* p, const __half* h, uint64_t* bar) {
   a.update(p, 1.0f);
   p[5] = a.acc[0];
 }
+
+__global__ void nvrtc_check_tma(const __grid_constant__ kiln::rt::TmaDesc desc, float* p) {
+  using namespace kiln::rt;
+  __shared__ __align__(1024) char buf[8192];
+  __shared__ __align__(8) uint64_t bar;
+  if (threadIdx.x == 0) {
+    tma_prefetch_desc(&desc);
+    mbar_init(&bar, 1);
+    fence_mbar_init();
+    mbar_arrive_expect_tx(&bar, 8192);
+    tma_load_2d(buf, &desc, 0, 0, &bar);
+  }
+  mbar_wait(&bar, 0);
+  p[threadIdx.x] = to_f32(reinterpret_cast<const __half*>(buf)[threadIdx.x]);
+}

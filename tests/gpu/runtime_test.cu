@@ -632,6 +632,58 @@ static void test_bulk(const cudaDeviceProp& prop) {
   report("copy.bulk_store_proxy_fence", bad2 == 0, "bad elements=%d", bad2);
 }
 
+// sm_90: 2-D tensor-map boxes of 64 x 64 f16 into a tile, 128-byte swizzled or plain, read back
+// through SmemTile's logical indexing (so the Swizzled layout must equal the hardware's). Box
+// origins start 8 rows above the matrix, so the top boxes are partly zero-filled.
+template <bool SW>
+__global__ void k_tma(const __grid_constant__ TmaDesc desc, __half* out, int ldo) {
+  using Tile = SmemTile<__half, 64, 64, SW ? Layout::Swizzled : Layout::RowMajor>;
+  __shared__ __align__(1024) char raw[Tile::kBytes + 1024];
+  __shared__ __align__(8) uint64_t bar;
+  char* base = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
+  const Tile t(base);
+  if (threadIdx.x == 0) {
+    tma_prefetch_desc(&desc);
+    mbar_init(&bar, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(&bar, Tile::kBytes);
+    tma_load_2d(base, &desc, int(blockIdx.y) * 64 - 8, int(blockIdx.x) * 64, &bar);
+  }
+  mbar_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x)
+    out[int64_t(blockIdx.y * 64 + i / 64) * ldo + blockIdx.x * 64 + i % 64] = t(i / 64, i % 64);
+}
+
+template <bool SW>
+static void test_tma_2d(const cudaDeviceProp& prop) {
+  const char* name = SW ? "copy.tma_2d_swizzle128" : "copy.tma_2d_plain";
+  if (prop.major < 9) {
+    printf("SKIP %s (needs sm_90)\n", name);
+    return;
+  }
+  const int rows = 150, cols = 200, ld = 208;
+  const int gx = ceil_div(cols, 64), gy = ceil_div(rows + 8, 64), ldo = gx * 64;
+  auto src = random_vec<__half>(size_t(rows) * ld);
+  DBuf<__half> dsrc(src.size()), dout(size_t(gy) * 64 * ldo);
+  dsrc.upload(src);
+  TmaDesc desc;
+  CK(tma_encode_2d(&desc, dsrc.p, rows, cols, ld, 64, 64, SW));
+  k_tma<SW><<<dim3(gx, gy), 128>>>(desc, dout.p, ldo);
+  CK_LAUNCH();
+  auto out = dout.download();
+  int bad = 0;
+  for (int r = 0; r < gy * 64; ++r)
+    for (int c = 0; c < ldo; ++c) {
+      const int sr = r - 8;  // box origins are 8 rows up
+      const float want = sr >= 0 && sr < rows && c < cols ? h2f(src[size_t(sr) * ld + c]) : 0.0f;
+      if (!(h2f(out[size_t(r) * ldo + c]) == want)) ++bad;
+    }
+  report(name, bad == 0, "bad elements=%d", bad);
+}
+
 static void test_copy(const cudaDeviceProp& prop) {
   using H = __half;
   test_copy_window<SmemTile<H, 32, 64, Layout::Swizzled>, 0>("g2s_swizzled_32x64_f16");
@@ -648,6 +700,8 @@ static void test_copy(const cudaDeviceProp& prop) {
   test_copy_window<SmemTile<float, 16, 32, Layout::Swizzled>, 1>("cp_async_swizzled_16x32_f32");
   test_cp_async_pipeline();
   test_bulk(prop);
+  test_tma_2d<false>(prop);
+  test_tma_2d<true>(prop);
 }
 
 // ---- mma.cuh -----------------------------------------------------------------------------------
