@@ -107,7 +107,8 @@ struct GroupResult {
 
 // What one variant's task produces.
 struct Branch {
-  std::vector<TraceEvent> events;  // ids local to the branch (parent < 0: the variant itself)
+  std::vector<TraceEvent> events;  // ids local to the branch (see BranchRunner::event)
+  int64_t ids = 0;                 // local ids used
   std::vector<Candidate> candidates;
   SearchStats stats;
   bool pruned = false;
@@ -221,10 +222,12 @@ class BranchRunner {
   }
 
  private:
-  int64_t event(int64_t parent, const char* kind, const char* ev, std::string reason,
-                std::string detail, double cost_us = -1) {
+  // A trace event of state `id` (local ids count from 0; -1 is the variant itself, whose
+  // parent is the root, marked -2).
+  void event(int64_t id, int64_t parent, const char* kind, const char* ev, std::string reason,
+             std::string detail, double cost_us = -1) {
     TraceEvent e;
-    e.id = static_cast<int64_t>(out_.events.size());
+    e.id = id;
     e.parent = parent;
     e.kind = kind;
     e.event = ev;
@@ -233,17 +236,25 @@ class BranchRunner {
     e.cost_us = cost_us;
     e.t = sh_.elapsed();
     out_.events.push_back(std::move(e));
-    return out_.events.back().id;
+  }
+  // Another event of an existing state.
+  void note(int64_t id, const char* kind, const char* ev, std::string reason, std::string detail,
+            double cost_us = -1) {
+    event(id, id >= 0 ? parents_[id] : -2, kind, ev, std::move(reason), std::move(detail), cost_us);
   }
   int64_t state(int64_t parent, const char* kind, std::string detail) {
     sh_.count_state();
     out_.stats.states++;
-    return event(parent, kind, "expanded", {}, std::move(detail));
+    int64_t id = static_cast<int64_t>(parents_.size());
+    parents_.push_back(parent);
+    out_.ids = id + 1;
+    event(id, parent, kind, "expanded", {}, std::move(detail));
+    return id;
   }
-  void prune(int64_t parent, const char* kind, const std::string& why, std::string detail) {
+  void prune(int64_t id, const char* kind, const std::string& why, std::string detail) {
     out_.stats.pruned[why]++;
     sh_.add_pruned(why);
-    event(parent, kind, "pruned", why, std::move(detail));
+    note(id, kind, "pruned", why, std::move(detail));
   }
 
   std::string group_str(const std::vector<int>& grp) const {
@@ -308,7 +319,7 @@ class BranchRunner {
       c.time = kernel_time(c.kernel);
       c.detail = fmt::format("predefined {}", op_name(v_.nodes[grp[0]].kind));
       int64_t s = state(r.state, "schedule", c.detail);
-      event(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
+      note(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
       all.push_back(c);
     }
     std::vector<Schedule> scheds = enumerate_schedules(v_, grp, cfg_.schedules);
@@ -333,7 +344,7 @@ class BranchRunner {
       c.kernel = {grp, lw.block};
       c.time = kernel_time(c.kernel);
       c.detail = d;
-      event(s, "schedule", "costed", {}, d, c.time * 1e6);
+      note(s, "schedule", "costed", {}, d, c.time * 1e6);
       all.push_back(std::move(c));
     }
     std::stable_sort(all.begin(), all.end(),
@@ -379,7 +390,7 @@ class BranchRunner {
       c.rewrites = v_.rewrites;
       out_.stats.complete++;
       c.state = state(ps, "candidate", fmt::format("{}", fmt::join(ds, " | ")));
-      event(c.state, "candidate", "costed", {}, c.fingerprint, c.cost.time * 1e6);
+      note(c.state, "candidate", "costed", {}, c.fingerprint, c.cost.time * 1e6);
       double cur = sh_.best_us.load();
       double mine = c.cost.time * 1e6;
       while ((cur == 0 || mine < cur) && !sh_.best_us.compare_exchange_weak(cur, mine)) {
@@ -397,6 +408,7 @@ class BranchRunner {
   std::vector<AbsExpr> exprs_;
   std::set<uint32_t> checked_;
   std::map<std::vector<int>, GroupResult> memo_;
+  std::vector<int64_t> parents_;  // local state id -> local parent (-1: the variant)
   Branch out_;
 };
 
@@ -497,11 +509,11 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     Branch& b = branches[i];
     int64_t base_id = next_id;
     for (TraceEvent& e : b.events) {
-      e.parent = e.parent < 0 ? variant_ids[i] : base_id + e.parent;
-      e.id += base_id;
+      e.parent = e.parent == -2 ? 0 : e.parent == -1 ? variant_ids[i] : base_id + e.parent;
+      e.id = e.id < 0 ? variant_ids[i] : base_id + e.id;
       events.push_back(std::move(e));
     }
-    next_id += static_cast<int64_t>(b.events.size());
+    next_id += b.ids;
     // Events were counted as states already where they expanded something.
     merge_stats(st, b.stats);
     if (b.pruned) st.pruned["expr"] += 0;
@@ -526,6 +538,9 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     return a.fingerprint < b.fingerprint;
   });
 
+  // Verification events belong to the candidate's state (same id, same parent).
+  std::map<int64_t, int64_t> parent_of;
+  for (const TraceEvent& e : events) parent_of.emplace(e.id, e.parent);
   // Verification in rank order until top_k candidates pass (the spec needs none). Past the
   // deadline we still verify until one candidate is ranked.
   auto tv = Clock::now();
@@ -546,7 +561,8 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
                       v.trials, v.scaled ? ", scaled" : "");
       if (!v.equivalent()) {
         c.verdict = line;
-        ev(next_id++, c.state, "candidate", "rejected", "verifier", line, c.cost.time * 1e6);
+        ev(c.state, parent_of[c.state], "candidate", "rejected", "verifier", line,
+           c.cost.time * 1e6);
         st.rejected++;
         res.rejected.push_back(std::move(c));
         continue;
@@ -560,7 +576,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
         if (!fc.ok) {
           c.verified = false;
           c.verdict = line + "; float check failed";
-          ev(next_id++, c.state, "candidate", "rejected", "float_check", fc.summary(),
+          ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", fc.summary(),
              c.cost.time * 1e6);
           st.rejected++;
           res.rejected.push_back(std::move(c));
@@ -569,7 +585,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
         c.verdict += "; float check ok";
       }
       st.verified++;
-      ev(next_id++, c.state, "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
+      ev(c.state, parent_of[c.state], "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
       if (st.time_first_valid_s < 0) st.time_first_valid_s = sh.elapsed();
     } else if (!c.is_spec) {
       c.verified = false;
