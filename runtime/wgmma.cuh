@@ -30,6 +30,9 @@
 #ifndef KILN_RT_ELEMENTWISE_CUH
 #include "elementwise.cuh"
 #endif
+#ifndef KILN_RT_TMA_CUH
+#include "tma.cuh"
+#endif
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KILN_RT_WGMMA 1
@@ -239,6 +242,157 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     }
 }
 
+// ---- Warp-specialized block GEMM (TMA + mbarriers) -------------------------------------------
+//
+// C[M, N] = epi(A B0, A B1, m, n) with one (NB = 1) or two (NB = 2, e.g. silu(X W1) * (X W2))
+// weights sharing A. Block tile 128 x 128 x 64, three warpgroups: warpgroup 0 produces (one
+// thread issues TMA loads of A and the B panels into a STAGES-deep ring of 128B-swizzled stages,
+// posting bytes on full[s]); warpgroups 1 and 2 consume rows 0-63 and 64-127 (wgmma, one
+// committed batch per k-tile, releasing the previous stage on empty[s] once wgmma_wait<1> says
+// its batch is done, so the tensor cores never wait for a barrier). setmaxnreg moves registers
+// from the producer (40) to the consumers (232). Any M, N, K (TMA zero-fills the edges);
+// lda, ldb multiples of 8, A and B 16-byte aligned. Epi: float(float v0, float v1, int m, int n)
+// const (v1 = 0 when NB = 1).
+template <typename T, int NB, int STAGES>
+struct WgmmaGemmWS {
+  static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
+  static constexpr int kThreads = 384;
+  using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
+  using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
+  static constexpr int kBBytes = 2 * PanelB::kBytes;  // one weight's 64 x 128 stage
+  static constexpr int kStageBytes = TileA::kBytes + NB * kBBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+  static_assert(NB == 1 || NB == 2, "one or two weights");
+  static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
+};
+
+struct WgmmaEpiIdentity {
+  KILN_DEV float operator()(float v0, float, int, int) const { return v0; }
+};
+struct WgmmaEpiSiluMul {
+  KILN_DEV float operator()(float v0, float v1, int, int) const {
+    return v0 / (1.0f + expf(-v0)) * v1;
+  }
+};
+
+KILN_DEV void setmaxnreg_inc_232() {
+#if KILN_RT_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#endif
+}
+KILN_DEV void setmaxnreg_dec_40() {
+#if KILN_RT_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#endif
+}
+
+template <class G, typename TO, class Epi>
+__global__ void __launch_bounds__(384, 1)
+    wgmma_ws_gemm_kernel(const __grid_constant__ TmaDesc map_a,
+                         const __grid_constant__ TmaDesc map_b0,
+                         const __grid_constant__ TmaDesc map_b1, TO* C, int64_t ldc, int M, int N,
+                         int K, Epi epi) {
+  using T = typename G::TileA::Elem;
+  using TileA = typename G::TileA;
+  using PanelB = typename G::PanelB;
+  constexpr int S = G::kStages, NB = G::kNB;
+  extern __shared__ __align__(1024) char wgmma_ws_smem_raw[];
+  __shared__ __align__(8) uint64_t full[S], empty[S];
+  char* smem = wgmma_ws_smem_raw + ((1024 - (smem_u32(wgmma_ws_smem_raw) & 1023)) & 1023);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int m0 = blockIdx.y * G::kBM, n0 = blockIdx.x * G::kBN;
+  const int ktiles = ceil_div(K, G::kBK);
+  auto stage = [&](int s) { return smem + s * G::kStageBytes; };
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 2);  // one arrival per consumer warpgroup
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer. No block-wide barrier may follow the role split.
+    setmaxnreg_dec_40();
+    if (tid == 0) {
+      tma_prefetch_desc(&map_a);
+      tma_prefetch_desc(&map_b0);
+      if (NB > 1) tma_prefetch_desc(&map_b1);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % S;
+        if (kt >= S) mbar_wait(&empty[s], ((kt / S) - 1) & 1);  // consumers released it
+        char* p = stage(s);
+        mbar_arrive_expect_tx(&full[s], G::kStageBytes);
+        tma_load_2d(p, &map_a, m0, kt * G::kBK, &full[s]);
+#pragma unroll
+        for (int v = 0; v < NB; ++v) {
+          const TmaDesc* mb = v == 0 ? &map_b0 : &map_b1;
+          char* pb = p + TileA::kBytes + v * G::kBBytes;
+          tma_load_2d(pb, mb, kt * G::kBK, n0, &full[s]);
+          tma_load_2d(pb + PanelB::kBytes, mb, kt * G::kBK, n0 + 64, &full[s]);
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc_232();
+    const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
+    float d0[64], d1[NB > 1 ? 64 : 1];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) d0[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (NB > 1 ? 64 : 1); ++i) d1[i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const int s = kt % S;
+      mbar_wait(&full[s], (kt / S) & 1);
+      const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
+      const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < G::kBK / 16; ++kk) {
+        const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
+        wgmma_m64n128k16<T>(d0, da, wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024));
+        if constexpr (NB > 1)
+          wgmma_m64n128k16<T>(
+              d1, da, wgmma_desc_sw128(b_base + G::kBBytes + kk * 2048, PanelB::kBytes, 1024));
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
+      if (kt > 0 && (tid & 127) == 0) mbar_arrive(&empty[(kt - 1) % S]);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_acc(d0);
+    if constexpr (NB > 1) wgmma_fence_acc(d1);
+
+    const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = m0 + c * 64 + 16 * w + g + 8 * h, col = n0 + 8 * i + 2 * t;
+        if (r >= M || col >= N) continue;
+        const int q = 4 * i + 2 * h;
+        const float v00 = d0[q], v01 = d0[q + 1];
+        const float v10 = NB > 1 ? d1[NB > 1 ? q : 0] : 0.0f;
+        const float v11 = NB > 1 ? d1[NB > 1 ? q + 1 : 0] : 0.0f;
+        TO* p = C + r * ldc + col;
+        const float y0 = epi(v00, v10, r, col);
+        if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
+          const float y1 = epi(v01, v11, r, col + 1);
+          if constexpr (sizeof(TO) == 4) {
+            *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
+          } else {
+            *reinterpret_cast<uint32_t*>(p) = pack2<TO>(y0, y1);
+          }
+        } else {
+          p[0] = from_f32<TO>(y0);
+          if (col + 1 < N) p[1] = from_f32<TO>(epi(v01, v11, r, col + 1));
+        }
+      }
+  }
+}
+
 #ifndef __CUDACC_RTC__
 // Launches wgmma_gemm_kernel; grid (ceil(N / 128), ceil(M / (64 WG))). The device must be sm_90
 // and the code built for sm_90a.
@@ -248,11 +402,44 @@ inline cudaError_t wgmma_gemm_launch(const typename G::TileA::Elem* A, int64_t l
                                      int64_t ldc, int M, int N, int K, Epi epi,
                                      cudaStream_t stream) {
   auto kernel = wgmma_gemm_kernel<G, TO, Epi>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
-  if (e != cudaSuccess) return e;
+  // Raising the shared-memory limit once per instantiation (and device: one GPU assumed) keeps
+  // the call out of CUDA-graph captures of later launches.
+  static bool smem_set = false;
+  if (!smem_set) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    smem_set = true;
+  }
   dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
   kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
+  return cudaGetLastError();
+}
+
+// Encodes the tensor maps and launches wgmma_ws_gemm_kernel; grid (ceil(N / 128),
+// ceil(M / 128)). B1 is read only when G::kNB == 2. sm_90a only.
+template <class G, typename TO, class Epi>
+inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_t lda,
+                                        const typename G::TileA::Elem* B0,
+                                        const typename G::TileA::Elem* B1, int64_t ldb, TO* C,
+                                        int64_t ldc, int M, int N, int K, Epi epi,
+                                        cudaStream_t stream) {
+  TmaDesc ma, mb0, mb1;
+  cudaError_t e = tma_encode_2d(&ma, A, M, K, lda, G::kBM, G::kBK, true);
+  if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
+  if (e == cudaSuccess) e = tma_encode_2d(&mb1, G::kNB > 1 ? B1 : B0, K, N, ldb, G::kBK, 64, true);
+  if (e != cudaSuccess) return e;
+  auto kernel = wgmma_ws_gemm_kernel<G, TO, Epi>;
+  // Raising the shared-memory limit once per instantiation (and device: one GPU assumed) keeps
+  // the call out of CUDA-graph captures of later launches.
+  static bool smem_set = false;
+  if (!smem_set) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    smem_set = true;
+  }
+  dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
+  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(ma, mb0, mb1, C, ldc, M, N, K, epi);
   return cudaGetLastError();
 }
 #endif  // __CUDACC_RTC__

@@ -7,6 +7,8 @@
 // check, then the timing table, then "N passed, M failed"; exits nonzero on any failure.
 // Build and run: scripts/gpu_runtime_test.sh. KILN_SKIP_TIMING=1 skips the timing section.
 #include <cuda_runtime.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +39,24 @@ static void finish_and_exit(int code) {
   printf("%d passed, %d failed\n", g_passed, g_failed);
   fflush(stdout);
   exit(code);
+}
+
+// Watchdog: a wrong mbarrier protocol hangs instead of failing, so each stage of the run gets a
+// time limit after which the program reports the stage and exits at once (stdout is line
+// buffered, so everything printed before is out).
+static const char* volatile g_stage = "startup";
+static void on_alarm(int) {
+  char buf[256];
+  int n = snprintf(buf, sizeof buf,
+                   "FAIL watchdog: %s did not finish in time (hang?)\n%d passed, %d failed\n",
+                   g_stage, g_passed, g_failed + 1);
+  if (n > 0) (void)!write(1, buf, size_t(n) < sizeof buf ? size_t(n) : sizeof buf - 1);
+  _exit(3);
+}
+static void stage(const char* name, unsigned seconds = 60) {
+  fflush(stdout);
+  g_stage = name;
+  alarm(seconds);
 }
 
 #define CK(x)                                                                                 \
@@ -756,9 +776,16 @@ struct EpiBiasRelu {
   __device__ float operator()(float v, int, int n) const { return fmaxf(v + bias[n], 0.0f); }
 };
 
-// Cfg: a GemmConfig (mma.sync) or, with WGMMA, a WgmmaGemm (sm_90a).
-template <class Cfg, typename TO, bool BIAS, bool WGMMA = false>
+struct WsEpiBiasRelu {
+  const float* bias;
+  __device__ float operator()(float v, float, int, int n) const { return fmaxf(v + bias[n], 0.0f); }
+};
+
+// Cfg: a GemmConfig (mma.sync, KIND 0), a WgmmaGemm (KIND 1) or a WgmmaGemmWS with one weight
+// (KIND 2); the last two need sm_90a.
+template <class Cfg, typename TO, bool BIAS, int KIND = 0>
 void test_gemm(int M, int N, int K) {
+  constexpr bool WGMMA = KIND == 1;
   using T = typename Cfg::TileA::Elem;
   const int lda = round_up(K, 8) + 8, ldb = round_up(N, 8), ldc = N + 2;
   auto A = random_vec<T>(size_t(M) * lda), B = random_vec<T>(size_t(K) * ldb);
@@ -768,7 +795,13 @@ void test_gemm(int M, int N, int K) {
   DBuf<float> dbias(N);
   dA.upload(A), dB.upload(B), dbias.upload(bias);
   cudaError_t e;
-  if constexpr (WGMMA && BIAS) {
+  if constexpr (KIND == 2 && BIAS) {
+    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, dB.p, dB.p, ldb, dC.p, ldc, M, N, K,
+                                  WsEpiBiasRelu{dbias.p}, 0);
+  } else if constexpr (KIND == 2) {
+    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, dB.p, dB.p, ldb, dC.p, ldc, M, N, K,
+                                  WgmmaEpiIdentity(), 0);
+  } else if constexpr (WGMMA && BIAS) {
     e = wgmma_gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiBiasRelu{dbias.p}, 0);
   } else if constexpr (WGMMA) {
     e = wgmma_gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiIdentity(), 0);
@@ -800,7 +833,10 @@ void test_gemm(int M, int N, int K) {
   const double err = rel_l2(Cv, ref);
   const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
   char name[160];
-  snprintf(name, sizeof name, "%s.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s", WGMMA ? "wgmma" : "gemm",
+  snprintf(name, sizeof name, "%s.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s",
+           KIND == 2 ? "wgmma_ws"
+           : WGMMA   ? "wgmma"
+                     : "gemm",
            tname<T>(), M, N, K, Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kStages, tname<TO>(),
            BIAS ? "_bias_relu" : "");
   report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
@@ -832,6 +868,37 @@ static bool device_has_wgmma(const cudaDeviceProp& prop) {
   return flag.download()[0] == 1;
 }
 
+// silu(A B0) * (A B1) with the two-weight warp-specialized kernel.
+template <typename T>
+void test_wgmma_dual(int M, int N, int K) {
+  const int lda = round_up(K, 8), ldb = round_up(N, 8), ldc = N;
+  auto A = random_vec<T>(size_t(M) * lda), B0 = random_vec<T>(size_t(K) * ldb),
+       B1 = random_vec<T>(size_t(K) * ldb);
+  DBuf<T> dA(A.size()), dB0(B0.size()), dB1(B1.size()), dC(size_t(M) * ldc);
+  dA.upload(A), dB0.upload(B0), dB1.upload(B1);
+  CK((wgmma_ws_gemm_launch<WgmmaGemmWS<T, 2, 3>>(dA.p, lda, dB0.p, dB1.p, ldb, dC.p, ldc, M, N, K,
+                                                 WgmmaEpiSiluMul(), 0)));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(size_t(M) * ldc), r0(N), r1(N);
+  for (int m = 0; m < M; ++m) {
+    std::fill(r0.begin(), r0.end(), 0.0), std::fill(r1.begin(), r1.end(), 0.0);
+    for (int k = 0; k < K; ++k) {
+      const double a = h2f(A[size_t(m) * lda + k]);
+      for (int n = 0; n < N; ++n) {
+        r0[n] += a * h2f(B0[size_t(k) * ldb + n]);
+        r1[n] += a * h2f(B1[size_t(k) * ldb + n]);
+      }
+    }
+    for (int n = 0; n < N; ++n) ref[size_t(m) * ldc + n] = r0[n] / (1.0 + std::exp(-r0[n])) * r1[n];
+  }
+  const double err = rel_l2(C, ref);
+  const double thr = std::is_same_v<T, __half> ? 2e-3 : 1e-2;
+  char name[160];
+  snprintf(name, sizeof name, "wgmma_ws.dual_silu_mul_%s_%dx%dx%d", tname<T>(), M, N, K);
+  report(name, within(err, thr), "rel_l2=%.2e", err);
+}
+
 static void test_wgmma(const cudaDeviceProp& prop) {
   if (!device_has_wgmma(prop)) {
     printf("SKIP wgmma (needs an sm_90 device and a build for sm_90a)\n");
@@ -839,11 +906,18 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   }
   using H = __half;
   using BF = __nv_bfloat16;
-  test_gemm<WgmmaGemm<H, 2, 4>, H, false, true>(256, 256, 256);
-  test_gemm<WgmmaGemm<H, 2, 4>, H, true, true>(200, 136, 72);
-  test_gemm<WgmmaGemm<BF, 2, 4>, float, false, true>(130, 264, 264);
-  test_gemm<WgmmaGemm<H, 1, 3>, float, true, true>(77, 40, 522);
-  test_gemm<WgmmaGemm<BF, 1, 2>, BF, false, true>(65, 136, 1000);
+  test_gemm<WgmmaGemm<H, 2, 4>, H, false, 1>(256, 256, 256);
+  test_gemm<WgmmaGemm<H, 2, 4>, H, true, 1>(200, 136, 72);
+  test_gemm<WgmmaGemm<BF, 2, 4>, float, false, 1>(130, 264, 264);
+  test_gemm<WgmmaGemm<H, 1, 3>, float, true, 1>(77, 40, 522);
+  test_gemm<WgmmaGemm<BF, 1, 2>, BF, false, 1>(65, 136, 1000);
+  // Warp-specialized: k-tiles well past the ring depth, so stages are reused many times.
+  test_gemm<WgmmaGemmWS<H, 1, 4>, H, false, 2>(256, 256, 1024);
+  test_gemm<WgmmaGemmWS<H, 1, 4>, H, true, 2>(200, 136, 72);
+  test_gemm<WgmmaGemmWS<BF, 1, 3>, float, true, 2>(300, 392, 1000);
+  test_gemm<WgmmaGemmWS<H, 1, 2>, float, false, 2>(77, 40, 522);
+  test_wgmma_dual<H>(260, 264, 1030);
+  test_wgmma_dual<BF>(128, 128, 64);
 }
 
 // ---- gemv.cuh ----------------------------------------------------------------------------------
@@ -1109,6 +1183,28 @@ static void time_gemm(const cudaDeviceProp& prop) {
         10);
     printf("TIME gemm wgmma 4096x4096x4096 f16 tile 128x128x64 s4: %.1f us, %.0f TFLOP/s\n", us2,
            2.0 * M * N * K / (us2 * 1e6));
+    using WS = WgmmaGemmWS<__half, 1, 5>;
+    const double us3 = time_us(
+        [&](int, cudaStream_t st) {
+          CK(wgmma_ws_gemm_launch<WS>(A, K, B, B, N, C, N, M, N, K, WgmmaEpiIdentity(), st));
+        },
+        10);
+    printf("TIME gemm wgmma_ws 4096x4096x4096 f16 tile 128x128x64 s5: %.1f us, %.0f TFLOP/s\n", us3,
+           2.0 * M * N * K / (us3 * 1e6));
+    // gated_mlp m = 4096: silu(X W1) * (X W2), X 4096 x 4096, W1 and W2 4096 x 4096 (two
+    // matmuls' FLOPs). B1 is a second buffer so that both weights are really read.
+    __half* B1;
+    CK(cudaMalloc(&B1, size_t(K) * N * 2));
+    CK(cudaMemset(B1, 0x32, size_t(K) * N * 2));
+    using WS2 = WgmmaGemmWS<__half, 2, 3>;
+    const double us4 = time_us(
+        [&](int, cudaStream_t st) {
+          CK(wgmma_ws_gemm_launch<WS2>(A, K, B, B1, N, C, N, M, N, K, WgmmaEpiSiluMul(), st));
+        },
+        10);
+    printf("TIME gated_mlp m4096 wgmma_ws dual s3: %.1f us, %.0f TFLOP/s (target <= 446 us)\n", us4,
+           4.0 * M * N * K / (us4 * 1e6));
+    cudaFree(B1);
   }
   cudaFree(A), cudaFree(B), cudaFree(C);
 }
@@ -1129,6 +1225,9 @@ static void timing(const cudaDeviceProp& prop) {
 }
 
 int main() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  signal(SIGALRM, on_alarm);
+  stage("startup");
   uint64_t seed = uint64_t(std::chrono::high_resolution_clock::now().time_since_epoch().count());
   if (const char* s = getenv("KILN_SEED")) seed = strtoull(s, nullptr, 10);
   g_rng.s = seed;
@@ -1138,13 +1237,24 @@ int main() {
   CK(cudaGetDeviceProperties(&prop, dev));
   printf("device: %s sm_%d%d, %d SMs, L2 %d MB; seed %llu\n", prop.name, prop.major, prop.minor,
          prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)seed);
+  stage("elementwise");
   test_elementwise();
+  stage("reduce");
   test_reduce();
+  stage("accum");
   test_accum();
+  stage("copy");
   test_copy(prop);
+  stage("mma");
   test_mma();
+  stage("wgmma");
   test_wgmma(prop);
+  stage("gemv");
   test_gemv_all();
-  if (!getenv("KILN_SKIP_TIMING")) timing(prop);
+  if (!getenv("KILN_SKIP_TIMING")) {
+    stage("timing", 120);
+    timing(prop);
+  }
+  alarm(0);
   finish_and_exit(g_failed == 0 ? 0 : 1);
 }
