@@ -82,16 +82,6 @@ bool same_padded(const Shape& a, const Shape& b) {
   }
   return true;
 }
-// Equal after dropping every extent-1 dim: the flat index is the same element.
-bool same_squeezed(const Shape& a, const Shape& b) {
-  Shape x, y;
-  for (int64_t d : a)
-    if (d != 1) x.push_back(d);
-  for (int64_t d : b)
-    if (d != 1) y.push_back(d);
-  return x == y;
-}
-
 class BlockPlanner {
  public:
   BlockPlanner(const BlockGraph& bg, const Target& tgt, bool lossy_f16, bool lossy_bf16)
@@ -748,7 +738,6 @@ class BlockPlanner {
         if (r) {
           hi = std::max(hi, L);
           if (lo < 0) lo = L;
-          if (k.phase == Phase::Loop) hi = std::max(hi, loop_hi);
         }
       }
       if (b.input && op(i).stage == Stage::Loop) hi = std::max(hi, loop_hi);
@@ -851,10 +840,13 @@ class BlockPlanner {
       }
     }
     for (const Buf& b : bufs) {
-      if (b.spill)
+      if (b.spill) {
         tp(b.op).spill_offset = b.offset;
-      else
+        tp(b.op).spill_live_lo = b.lo, tp(b.op).spill_live_hi = b.hi;
+      } else {
         tp(b.op).offset = b.offset;
+        tp(b.op).live_lo = b.lo, tp(b.op).live_hi = b.hi;
+      }
     }
     // Register estimate.
     int regs = 0;

@@ -78,6 +78,9 @@ struct TilePlan {
   bool spill_global = false;
   std::vector<int64_t> spill_strides;
   int root = -1;  // Smem/Global/Feed tiles and savers: the matmul/reduction their step runs
+  // Live interval of the stored buffer (and of the spill buffer) in barrier levels: buffers whose
+  // intervals intersect never share bytes.
+  int64_t live_lo = -1, live_hi = -1, spill_live_lo = -1, spill_live_hi = -1;
   std::string note;
 };
 

@@ -1,0 +1,148 @@
+// Properties of the layout/schedule optimizer over the examples and random μGraphs: shared
+// memory stays within the target's budget, buffers that share bytes are never live at once,
+// every stored tile has a home, steps only compute tiles with a home, and register tiles are
+// read from registers only in their own distribution.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kiln/codegen/schedule.h"
+#include "kiln/ir/json_io.h"
+#include "kiln/ir/print.h"
+#include "random_graphs.h"
+
+namespace kiln {
+namespace {
+
+void check_block(const BlockGraph& bg, const BlockSchedule& s, const Target& t,
+                 const std::string& who) {
+  SCOPED_TRACE(who);
+  EXPECT_LE(s.smem_bytes, t.smem_per_block);
+  EXPECT_GE(s.pipeline_stages, 1);
+  EXPECT_LE(s.pipeline_stages, std::max<int64_t>(1, bg.num_iterations()));
+  struct B {
+    int64_t off, bytes, lo, hi;
+    bool global;
+    std::string name;
+  };
+  std::vector<B> bufs;
+  for (size_t i = 0; i < bg.ops.size(); ++i) {
+    const BlockOp& o = bg.ops[i];
+    const TilePlan& p = s.tiles[i];
+    if (o.kind == OpKind::Input) {
+      EXPECT_EQ(p.home, TileHome::Smem) << o.name;
+      EXPECT_GE(p.offset, 0) << o.name;
+      EXPECT_TRUE(p.load_vec >= 1 && o.shape.empty() ? true : o.shape.back() % p.load_vec == 0);
+      EXPECT_EQ(p.offset % 16, 0) << o.name;
+    }
+    if ((p.home == TileHome::Smem || p.home == TileHome::Global) && p.offset >= 0) {
+      int64_t bytes = p.bytes * (o.kind == OpKind::Input ? p.stages : 1);
+      bufs.push_back({p.offset, bytes, p.live_lo, p.live_hi, p.home == TileHome::Global, o.name});
+      if (p.home == TileHome::Smem) EXPECT_LE(p.offset + bytes, s.smem_bytes) << o.name;
+      // Strides cover the tile: the last element lies inside the buffer.
+      int64_t last = 0;
+      for (size_t d = 0; d < o.shape.size(); ++d) last += (o.shape[d] - 1) * p.strides[d];
+      int eb = o.kind == OpKind::Input ? dtype_bytes(bg.inputs[o.io].dtype) : 4;
+      EXPECT_LE((last + 1) * eb, p.bytes) << o.name;
+    }
+    if (p.home == TileHome::Registers) {
+      EXPECT_EQ(op_info(o.kind).cls, OpClass::Accum) << o.name;
+      EXPECT_GE(p.dist.slots(bg.block_threads), 1) << o.name;
+      EXPECT_EQ(p.dist.numel, numel(o.shape)) << o.name;
+      if (p.spill)
+        bufs.push_back({p.spill_offset, p.bytes > 0 ? p.bytes : numel(o.shape) * 4, p.spill_live_lo,
+                        p.spill_live_hi, p.spill_global, o.name + "(spill)"});
+    }
+  }
+  for (size_t a = 0; a < bufs.size(); ++a)
+    for (size_t b = a + 1; b < bufs.size(); ++b) {
+      const B &x = bufs[a], &y = bufs[b];
+      if (x.global != y.global) continue;
+      bool bytes_overlap = x.off < y.off + y.bytes && y.off < x.off + x.bytes;
+      bool live_overlap = !(x.hi < y.lo || y.hi < x.lo);
+      EXPECT_FALSE(bytes_overlap && live_overlap)
+          << x.name << " [" << x.off << ", +" << x.bytes << ") live " << x.lo << ".." << x.hi
+          << " and " << y.name << " [" << y.off << ", +" << y.bytes << ") live " << y.lo << ".."
+          << y.hi;
+    }
+  for (const Step& st : s.steps) {
+    if (st.kind == StepKind::Compute) {
+      TileHome h = s.tiles[st.op].home;
+      EXPECT_TRUE(h == TileHome::Smem || h == TileHome::Global) << bg.ops[st.op].name;
+    }
+    if (st.kind == StepKind::Accumulate)
+      for (int a : st.accums) EXPECT_EQ(s.tiles[a].home, TileHome::Registers);
+  }
+}
+
+void check_graph(const KernelGraph& g, const Target& t) {
+  Schedule s = plan_schedule(g, t);
+  ASSERT_EQ(s.kernels.size(), g.ops.size());
+  for (const KernelPlan& kp : s.kernels) {
+    const KernelOp& op = g.ops[kp.op];
+    if (op.kind != OpKind::GraphDefined) continue;
+    ASSERT_TRUE(kp.block);
+    check_block(*op.block, *kp.block, t, g.name + "/" + op.name);
+  }
+  // Workspace placements do not overlap.
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (size_t i = 0; i < g.tensors.size(); ++i)
+    if (s.tensor_offset[i] >= 0)
+      spans.push_back(
+          {s.tensor_offset[i],
+           s.tensor_offset[i] + numel(g.tensors[i].shape) * dtype_bytes(g.tensors[i].dtype)});
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+  for (auto [a, b] : spans) EXPECT_LE(b, s.workspace_bytes);
+  EXPECT_FALSE(schedule_to_text(g, s).empty());
+}
+
+TEST(Schedule, ExamplesFitAndBuffersDoNotOverlap) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(KILN_SOURCE_DIR) + "/examples")) {
+    if (e.path().extension() != ".json") continue;
+    KernelGraph g = load_graph_file(e.path().string());
+    for (Arch a : {Arch::Sm90a, Arch::Sm80}) {
+      SCOPED_TRACE(e.path().filename().string());
+      try {
+        check_graph(g, target_for(a));
+      } catch (const UserError& err) {
+        ADD_FAILURE() << err.render();
+      }
+    }
+  }
+}
+
+TEST(Schedule, RandomGraphsFitAndBuffersDoNotOverlap) {
+  for (int i = 0; i < 300; ++i) {
+    testing::RandomGraphs gen(5000 + i);
+    KernelGraph g = gen.next(fmt::format("g{}", i));
+    SCOPED_TRACE(to_text(g));
+    check_graph(g, default_target());
+    check_graph(g, target_for(Arch::Sm80));
+  }
+}
+
+// The decode GEMV shape of the benchmark gets tensor cores with ldmatrix on both operands, a
+// multi-stage cp.async pipeline and one barrier per iteration.
+TEST(Schedule, DecodeMatmulUsesTensorCoresAndPipeline) {
+  KernelGraph g =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/rmsnorm_linear.mugraph.json");
+  Schedule s = plan_schedule(g, default_target());
+  const BlockSchedule& b = *s.kernels[0].block;
+  const BlockGraph& bg = *g.ops[0].block;
+  EXPECT_GE(b.pipeline_stages, 3);
+  EXPECT_EQ(b.barriers_per_iteration, 1);
+  for (size_t i = 0; i < bg.ops.size(); ++i)
+    if (bg.ops[i].kind == OpKind::MatMul) {
+      EXPECT_TRUE(b.tiles[i].mma.use);
+      EXPECT_TRUE(b.tiles[i].mma.a_ldmatrix);
+      EXPECT_TRUE(b.tiles[i].mma.b_ldmatrix);
+    } else if (bg.ops[i].kind == OpKind::Input) {
+      EXPECT_TRUE(b.tiles[i].async);
+      EXPECT_EQ(b.tiles[i].load_vec * dtype_bytes(bg.inputs[bg.ops[i].io].dtype), 16);
+    }
+}
+
+}  // namespace
+}  // namespace kiln
