@@ -468,6 +468,36 @@ class BlockEmitter {
     std::vector<int64_t> tile_strides(gs.end() - r, gs.end());
     c_->open("{");
     c_->f("{}* const dst = out{} + ({});", ctype(td.dtype), o.io, base);
+    // 16-byte stores: V consecutive elements of the last dim per thread, when rows and offsets
+    // keep every chunk aligned and no root or register tile dictates the element order.
+    const int V = 16 / dtype_bytes(td.dtype);
+    if (t.dist.kind == DistKind::Group && t.dist.group == 1 && t.root < 0 &&
+        !reads_registers(top) && r >= 1 && o.shape.back() % V == 0 && td.shape.back() % V == 0 &&
+        numel(o.shape) >= V) {
+      Shape chunks = o.shape;
+      chunks.back() /= V;
+      const int64_t NC = numel(chunks);
+      c_->line("#pragma unroll 2");
+      c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", NC, T_));
+      std::vector<std::string> cidx = unravel(*c_, "o", chunks, "i");
+      std::string last = cidx.back() == "0" ? "0" : cidx.back() + " * " + std::to_string(V);
+      c_->f("float vv[{}];", V);
+      c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int q = 0; q < {}; ++q) {{", V));
+      std::vector<std::string> idx = cidx;
+      idx.back() = last == "0" ? "q" : "(" + last + " + q)";
+      Ctx cx;
+      cx.body = c_;
+      std::string v = value(o.inputs[0], idx, cx);
+      c_->f("vv[q] = {};", v);
+      c_->close();
+      std::vector<std::string> base_idx = cidx;
+      base_idx.back() = last;
+      c_->f("kiln::rt::store16_f32(dst + {}, vv);", offset_expr(base_idx, tile_strides));
+      c_->close();
+      c_->close();
+      return;
+    }
     run_elements(top, t.dist, t.root, false,
                  [&](Ctx& cx, const std::vector<std::string>& idx, const std::string&) {
                    std::string v = value(o.inputs[0], idx, cx);

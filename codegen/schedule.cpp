@@ -800,7 +800,9 @@ class BlockPlanner {
         std::max<int64_t>(1, std::min<int64_t>(ceil_div(blocks, tgt_.sm_count), 2048 / T_));
     int want = 1;
     if (any_loop_input && iters > 1) {
-      int64_t target = 48 * 1024;
+      // Little's law at ~3 TB/s and ~1.5 us latency: ~35 KB per SM; keep more when one block
+      // has the SM to itself.
+      int64_t target = per_sm == 1 ? 64 * 1024 : 48 * 1024;
       want = static_cast<int>(std::clamp<int64_t>(
           ceil_div(target, std::max<int64_t>(1, stage_bytes * per_sm)) + 1, 2, 8));
       want = static_cast<int>(std::min<int64_t>(want, iters));
