@@ -334,11 +334,22 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
         "Cfg::kSmemBytes)) != cudaSuccess) return err;");
     L.line("attr_set = true;");
     L.close();
+    int64_t nb = ob[0] * ob[1];
+    int64_t chunk = kp.splits > 1 ? cdiv(cdiv(K, kp.splits), 32) * 32 : K;
+    std::string part = kp.splits > 1
+                           ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
+                           : "nullptr";
     L.f("kern<<<dim3({}, {}, {}), Cfg::kThreads, Cfg::kSmemBytes, stream>>>({}, {}, {}, {}, {}, "
-        "{}, {}, {}ll, {}ll, {}ll, {}ll);",
-        cdiv(N, 128), cdiv(M, bm), ob[0] * ob[1], x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
-        x.ptr(op.outputs[0]), M, N, K, ob[1], as[0], as[1], bs[0], bs[1]);
+        "{}, {}, {}, {}ll, {}ll, {}ll, {}ll, {}, {});",
+        cdiv(N, 128), cdiv(M, bm), nb * kp.splits, x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
+        x.ptr(op.outputs[0]), M, N, K, nb, ob[1], as[0], as[1], bs[0], bs[1], chunk, part);
     launch_check(L);
+    if (kp.splits > 1) {
+      int64_t count = nb * M * N;
+      L.f("kiln::cg::splitk_sum_kernel<{}><<<{}, 256, 0, stream>>>({}, {}, {}, {}ll);", TO,
+          std::min<int64_t>(cdiv(count, 256), 4096), part, x.ptr(op.outputs[0]), kp.splits, count);
+      launch_check(L);
+    }
   } else {
     L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
         "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",

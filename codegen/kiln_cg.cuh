@@ -30,8 +30,8 @@ KILN_DEV float ld(const T* p) {
 template <int BYTES>
 KILN_DEV void cp_async_small(uint32_t saddr, const void* gptr) {
 #ifdef KILN_SIM
-  kiln_sim::me().open.push_back({kiln_sim::smem_at(saddr, BYTES),
-                                 static_cast<const unsigned char*>(gptr), BYTES, BYTES});
+  kiln_sim::me().open.push_back(
+      {kiln_sim::smem_at(saddr, BYTES), static_cast<const unsigned char*>(gptr), BYTES, BYTES});
 #else
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(saddr), "l"(gptr), "n"(BYTES)
                : "memory");
@@ -229,33 +229,43 @@ KILN_HD Idx4 unravel4(int64_t e, int64_t d1, int64_t d2, int64_t d3) {
 #ifndef KILN_SIM  // the simulator has its own
 // C[b][M][N] = A[b][M][K] * B[b][K][N] on tensor cores, with up to two batch dims that may
 // broadcast: batch index b = (b0, b1) over extents (NB0, NB1), and operand X's batch offset is
-// b0 * X_s0 + b1 * X_s1 (0 strides broadcast). grid = (ceil(N / BN), ceil(M / BM), NB0 * NB1).
+// b0 * X_s0 + b1 * X_s1 (0 strides broadcast). grid = (ceil(N / BN), ceil(M / BM), NB * splits):
+// with splits > 1, split s covers K rows [s * k_chunk, (s + 1) * k_chunk) and writes float32
+// partials to partial[(s * NB + b) * M * N ...] for splitk_sum_kernel to add up.
 template <class Cfg, typename TO>
 __global__ void __launch_bounds__(Cfg::kThreads)
     gemm_batched_kernel(const typename Cfg::Elem* __restrict__ A,
                         const typename Cfg::Elem* __restrict__ B, TO* __restrict__ C, int M, int N,
-                        int K, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0, int64_t b_s1) {
+                        int K, int NB, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
+                        int64_t b_s1, int k_chunk, float* __restrict__ partial) {
   extern __shared__ __align__(128) char gemm_smem[];
   using T = typename Cfg::Elem;
-  const int bz = blockIdx.z, b0 = bz / NB1, b1 = bz % NB1;
-  const T* Ab = A + b0 * a_s0 + b1 * a_s1;
-  const T* Bb = B + b0 * b_s0 + b1 * b_s1;
-  TO* Cb = C + int64_t(bz) * M * N;
+  const int bz = blockIdx.z % NB, split = blockIdx.z / NB, b0 = bz / NB1, b1 = bz % NB1;
+  const int k0 = split * k_chunk;
+  const int kc = K - k0 < k_chunk ? K - k0 : k_chunk;
+  const T* Ab = A + b0 * a_s0 + b1 * a_s1 + k0;
+  const T* Bb = B + b0 * b_s0 + b1 * b_s1 + int64_t(k0) * N;
   const int m0 = blockIdx.y * Cfg::kBM, n0 = blockIdx.x * Cfg::kBN;
   FragC acc[Cfg::kMI][Cfg::kNI];
 #pragma unroll
   for (int i = 0; i < Cfg::kMI; ++i)
 #pragma unroll
     for (int j = 0; j < Cfg::kNI; ++j) acc[i][j].zero();
-  const rt::GmemView<const T> a{Ab + int64_t(m0) * K, M - m0, K, K};
-  const rt::GmemView<const T> b{Bb + n0, K, N - n0, N};
-  rt::gemm_mainloop<Cfg>(acc, a, b, K, gemm_smem);
+  const rt::GmemView<const T> a{Ab + int64_t(m0) * K, M - m0, kc, K};
+  const rt::GmemView<const T> b{Bb + n0, kc, N - n0, N};
+  rt::gemm_mainloop<Cfg>(acc, a, b, kc, gemm_smem);
   const int warp = threadIdx.x >> 5;
   const int r0 = (warp / Cfg::kWarpsN) * Cfg::kWarpM, c0 = (warp % Cfg::kWarpsN) * Cfg::kWarpN;
-  const rt::GmemView<TO> c{Cb + int64_t(m0) * N + n0, M - m0, N - n0, N};
-  rt::store_acc(c, acc, r0, c0, threadIdx.x & 31, [](float v, int, int) { return v; });
+  if (partial == nullptr) {
+    TO* Cb = C + int64_t(bz) * M * N;
+    const rt::GmemView<TO> c{Cb + int64_t(m0) * N + n0, M - m0, N - n0, N};
+    rt::store_acc(c, acc, r0, c0, threadIdx.x & 31, [](float v, int, int) { return v; });
+  } else {
+    float* Pb = partial + (int64_t(split) * NB + bz) * M * N;
+    const rt::GmemView<float> c{Pb + int64_t(m0) * N + n0, M - m0, N - n0, N};
+    rt::store_acc(c, acc, r0, c0, threadIdx.x & 31, [](float v, int, int) { return v; });
+  }
 }
-
 #endif  // KILN_SIM
 
 // Generic FMA matmul for any dtypes and shapes: 32 x 32 output tiles, 256 threads, 4 outputs
@@ -294,6 +304,19 @@ __global__ void __launch_bounds__(256)
   for (int q = 0; q < 4; ++q) {
     const int r = m0 + ty + 8 * q, c = n0 + tx;
     if (r < M && c < N) Cb[int64_t(r) * N + c] = rt::from_f32<TO>(acc[q]);
+  }
+}
+
+// C[e] = sum over s of partial[s * count + e], in split order.
+template <typename TO>
+__global__ void __launch_bounds__(256)
+    splitk_sum_kernel(const float* __restrict__ partial, TO* __restrict__ C, int splits,
+                      int64_t count) {
+  for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < count;
+       e += (int64_t)gridDim.x * 256) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) acc += partial[s * count + e];
+    C[e] = rt::from_f32<TO>(acc);
   }
 }
 

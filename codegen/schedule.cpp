@@ -1049,6 +1049,17 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
             kp.threads = small ? 128 : 256;
             kp.smem = small ? 4 * (64 * 32 + 32 * 128) * 2 : 3 * (128 * 32 + 32 * 128) * 2;
             kp.grid = ceil_div(N, 128) * ceil_div(M, small ? 64 : 128) * batch;
+            // Split K when the tiles cannot fill the machine (float32 partials, then a sum).
+            if (kp.grid < t.sm_count && K >= 512) {
+              int64_t splits = std::min<int64_t>({ceil_div(2 * t.sm_count, kp.grid), K / 256, 16});
+              int64_t chunk = align_up(ceil_div(K, splits), 32);
+              splits = ceil_div(K, chunk);
+              if (splits > 1) {
+                kp.splits = static_cast<int>(splits);
+                kp.grid *= splits;
+                kp.scratch_bytes = splits * batch * M * N * 4;
+              }
+            }
           } else {
             kp.strategy = "fma 32x32";
             kp.threads = 256;

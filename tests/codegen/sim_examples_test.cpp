@@ -13,8 +13,8 @@ class SimExample : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SimExample, MatchesSpec) {
   // The large-weight examples take a minute or more each on the simulator.
-  bool heavy = GetParam() == "rmsnorm_linear" || GetParam() == "gated_mlp" ||
-               GetParam() == "skinny_gemm";
+  bool heavy =
+      GetParam() == "rmsnorm_linear" || GetParam() == "gated_mlp" || GetParam() == "skinny_gemm";
   const char* full = std::getenv("KILN_SIM_FULL");
   if (heavy && !(full && *full == '1')) GTEST_SKIP() << "set KILN_SIM_FULL=1";
   std::string base = std::string(KILN_SOURCE_DIR) + "/examples/" + GetParam();

@@ -715,20 +715,23 @@ namespace cg {
 // The tensor-core GEMM of the predefined matmul, as a plain product (one thread per block).
 template <class Cfg, typename TO>
 void gemm_batched_kernel(const typename Cfg::Elem* A, const typename Cfg::Elem* B, TO* C, int M,
-                         int N, int K, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
-                         int64_t b_s1) {
+                         int N, int K, int NB, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
+                         int64_t b_s1, int k_chunk, float* partial) {
   if (threadIdx.x != 0) return;
-  const int bz = blockIdx.z, b0 = bz / NB1, b1 = bz % NB1;
+  const int bz = blockIdx.z % NB, split = blockIdx.z / NB, b0 = bz / NB1, b1 = bz % NB1;
+  const int k0 = split * k_chunk, k1 = std::min(K, k0 + k_chunk);
   const auto* Ab = A + b0 * a_s0 + b1 * a_s1;
   const auto* Bb = B + b0 * b_s0 + b1 * b_s1;
-  TO* Cb = C + int64_t(bz) * M * N;
   const int m0 = blockIdx.y * Cfg::kBM, n0 = blockIdx.x * Cfg::kBN;
   for (int m = m0; m < std::min(M, m0 + Cfg::kBM); ++m)
     for (int n = n0; n < std::min(N, n0 + Cfg::kBN); ++n) {
       float acc = 0.0f;
-      for (int k = 0; k < K; ++k)
+      for (int k = k0; k < k1; ++k)
         acc += rt::to_f32(Ab[int64_t(m) * K + k]) * rt::to_f32(Bb[int64_t(k) * N + n]);
-      Cb[int64_t(m) * N + n] = rt::from_f32<TO>(acc);
+      if (partial)
+        partial[(int64_t(split) * NB + bz) * M * N + int64_t(m) * N + n] = acc;
+      else
+        C[int64_t(bz) * M * N + int64_t(m) * N + n] = rt::from_f32<TO>(acc);
     }
 }
 }  // namespace cg

@@ -1,0 +1,87 @@
+// The generic kernels of predefined ops, run on the CPU simulator, agree with the interpreter:
+// elementwise (vector and broadcast paths, folded constants), transposes, reductions along inner
+// and outer dims, softmax and rms_norm (warp-, block- and column-per-row paths), and matmul in
+// every strategy (gemv, tensor-core GEMM with and without split-K, FMA with batch broadcast).
+#include <gtest/gtest.h>
+
+#include "sim_runner.h"
+
+namespace kiln {
+namespace {
+
+Attrs dim_attr(int d, bool keep = true) {
+  Attrs a;
+  a.dim = d;
+  a.keepdim = keep;
+  return a;
+}
+
+void expect_sim_ok(const KernelGraph& g, const std::string& tag) {
+  EXPECT_EQ(testing::check_in_simulator(g, g, 3, tag), "") << tag;
+}
+
+TEST(SimPredefined, ElementwiseTransposeReduce) {
+  KernelGraphBuilder b("ew");
+  int x = b.input("X", {4, 6, 16}, DType::F16);
+  int y = b.input("Y", {6, 1}, DType::F32);
+  Attrs cv;
+  cv.value = 0.75;
+  int c = b.op(OpKind::Constant, {}, cv, "c");
+  int a = b.op(OpKind::Add, {x, x}, {}, "a");  // vector path
+  int m = b.op(OpKind::Mul, {a, c}, {}, "m");  // constant folded
+  int d = b.op(OpKind::Div, {m, y}, {}, "d");  // broadcast path
+  Attrs g;
+  g.approximate = GeluApprox::Tanh;
+  int ge = b.op(OpKind::Gelu, {d}, g, "ge");
+  Attrs cl;
+  cl.min = -0.1;
+  int cc = b.op(OpKind::Clamp, {ge}, cl, "cc");
+  Attrs tp;
+  tp.perm = {2, 0, 1};
+  int t = b.op(OpKind::Transpose, {cc}, tp, "t");
+  int s0 = b.op(OpKind::Sum, {t}, dim_attr(2, false), "s0");  // innermost: warp per row
+  int s1 = b.op(OpKind::Max, {x}, dim_attr(1), "s1");         // middle: column per thread
+  int s2 = b.op(OpKind::Mean, {x}, dim_attr(0, false), "s2");
+  b.output(t);
+  b.output(s0);
+  b.output(s1);
+  b.output(s2);
+  b.output(x);   // an input as an output: copied
+  b.output(s0);  // twice
+  expect_sim_ok(std::move(b).finish(), "pre_ew");
+}
+
+TEST(SimPredefined, SoftmaxAndRmsNorm) {
+  KernelGraphBuilder b("rows");
+  int x = b.input("X", {3, 2100}, DType::BF16);
+  int z = b.input("Z", {4, 33, 5}, DType::F32);
+  int w = b.input("w", {2100}, DType::BF16);
+  int s = b.op(OpKind::Softmax, {x}, dim_attr(-1), "s");   // block per row
+  int s2 = b.op(OpKind::Softmax, {z}, dim_attr(1), "s2");  // column per thread
+  int s3 = b.op(OpKind::Softmax, {z}, dim_attr(2), "s3");  // warp per row
+  Attrs e;
+  e.eps = 1e-5;
+  int r = b.op(OpKind::RmsNorm, {x, w}, e, "r");
+  int r2 = b.op(OpKind::RmsNorm, {z}, {}, "r2");
+  for (int o : {s, s2, s3, r, r2}) b.output(o);
+  expect_sim_ok(std::move(b).finish(), "pre_rows");
+}
+
+TEST(SimPredefined, MatmulStrategies) {
+  KernelGraphBuilder b("mm");
+  int x = b.input("X", {3, 64}, DType::F16);
+  int w = b.input("W", {64, 136}, DType::F16);
+  int a = b.input("A", {2, 70, 1024}, DType::BF16);
+  int bb = b.input("B", {1024, 24}, DType::BF16);
+  int f = b.input("F", {2, 1, 5, 7}, DType::F32);
+  int g = b.input("G", {3, 7, 6}, DType::F32);
+  int p = b.input("P", {100, 64}, DType::F16);
+  b.output(b.op(OpKind::MatMul, {x, w}, {}, "gemv"));
+  b.output(b.op(OpKind::MatMul, {a, bb}, {}, "gemm_split"));
+  b.output(b.op(OpKind::MatMul, {f, g}, {}, "fma"));
+  b.output(b.op(OpKind::MatMul, {p, w}, {}, "gemm"));
+  expect_sim_ok(std::move(b).finish(), "pre_mm");
+}
+
+}  // namespace
+}  // namespace kiln
