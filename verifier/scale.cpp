@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "kiln/interp/eval_core.h"
 #include "kiln/interp/tensor_ops.h"
 #include "kiln/ir/diag.h"
 
@@ -78,30 +79,51 @@ double op_work(OpKind kind, const std::vector<Shape>& in, const Shape& out) {
 
 }  // namespace
 
+double estimate_op_work(const KernelGraph& g, size_t oi) {
+  const KernelOp& op = g.ops.at(oi);
+  if (op.kind != OpKind::GraphDefined) {
+    std::vector<Shape> in;
+    for (int t : op.inputs) in.push_back(g.tensor(t).shape);
+    return op_work(op.kind, in, g.tensor(op.outputs.at(0)).shape);
+  }
+  const BlockGraph& bg = *op.block;
+  double once = 0, per_iter = 0;
+  for (const BlockOp& bo : bg.ops) {
+    std::vector<Shape> in;
+    for (int i : bo.inputs) in.push_back(bg.ops[i].shape);
+    double w =
+        bo.kind == OpKind::Input || bo.kind == OpKind::Output ? static_cast<double>(numel(bo.shape))
+        : bo.kind == OpKind::Fused ? static_cast<double>(numel(bo.shape) * bo.thread->ops.size())
+                                   : op_work(bo.kind, in, bo.shape);
+    bool loop = bo.stage == Stage::Loop || op_info(bo.kind).cls == OpClass::Accum;
+    (loop ? per_iter : once) += w;
+  }
+  return static_cast<double>(bg.num_blocks()) *
+         (once + static_cast<double>(bg.num_iterations()) * per_iter);
+}
+
 double estimate_work(const KernelGraph& g) {
   double total = 0;
-  for (const KernelOp& op : g.ops) {
-    if (op.kind != OpKind::GraphDefined) {
-      std::vector<Shape> in;
-      for (int t : op.inputs) in.push_back(g.tensor(t).shape);
-      total += op_work(op.kind, in, g.tensor(op.outputs.at(0)).shape);
-      continue;
-    }
-    const BlockGraph& bg = *op.block;
-    double once = 0, per_iter = 0;
-    for (const BlockOp& bo : bg.ops) {
-      std::vector<Shape> in;
-      for (int i : bo.inputs) in.push_back(bg.ops[i].shape);
-      double w = bo.kind == OpKind::Input || bo.kind == OpKind::Output
-                     ? static_cast<double>(numel(bo.shape))
-                 : bo.kind == OpKind::Fused
-                     ? static_cast<double>(numel(bo.shape) * bo.thread->ops.size())
-                     : op_work(bo.kind, in, bo.shape);
-      bool loop = bo.stage == Stage::Loop || op_info(bo.kind).cls == OpClass::Accum;
-      (loop ? per_iter : once) += w;
-    }
-    total += static_cast<double>(bg.num_blocks()) *
-             (once + static_cast<double>(bg.num_iterations()) * per_iter);
+  for (size_t oi = 0; oi < g.ops.size(); ++oi) total += estimate_op_work(g, oi);
+  return std::min(total, 4.6e18);
+}
+
+double estimate_work(const KernelGraph& g, const interp::EvalPlan& plan) {
+  auto fraction = [](const std::vector<uint8_t>& flags) {
+    if (flags.empty()) return 1.0;
+    return static_cast<double>(
+               std::count_if(flags.begin(), flags.end(), [](uint8_t f) { return f != 0; })) /
+           static_cast<double>(flags.size());
+  };
+  double total = 0;
+  for (size_t oi = 0; oi < g.ops.size(); ++oi) {
+    const KernelOp& op = g.ops[oi];
+    bool needed = false;
+    for (int t : op.outputs) needed |= plan.needed.at(t) != 0;
+    if (!needed) continue;
+    double f = op.kind == OpKind::GraphDefined ? fraction(plan.blocks.at(oi))
+                                               : fraction(plan.rows.at(op.outputs.at(0)));
+    total += f * estimate_op_work(g, oi);
   }
   return std::min(total, 4.6e18);
 }
@@ -390,17 +412,118 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
       }
   }
 
+  // Prefix shrinking: fewer units in a class, by cutting the one grid dim (or loop dim) that
+  // partitions it in each block graph, or its whole tile where nothing does, keeping at least
+  // two blocks (iterations). Classes tied to an extent constant are left alone.
+  std::map<int, int64_t> cut_by;  // class root -> factor h
+  struct Cut {
+    int graph;
+    size_t op;
+    bool grid;
+    int dim;
+    int64_t h;
+  };
+  std::vector<Cut> cuts;
+  if (opt.prefix) {
+    std::set<int> tied;
+    for (const ImplicitCount& c : counts)
+      for (double v : {1.0 / double(c.n), double(c.n)})
+        if (std::find(constants.begin(), constants.end(), v) != constants.end())
+          tied.insert(cls.find(c.slot));
+    std::map<int, int64_t> units;  // class root -> number of units
+    for (int sl = 0; sl < cls.size(); ++sl) {
+      int64_t n = cls.extent(sl) / cls.unit(sl);
+      int64_t& m = units[cls.find(sl)];
+      m = std::max(m, n);
+    }
+    const KernelGraph* gr[2] = {&a, &b};
+    const GraphSlots* gsl[2] = {&sa, &sb};
+    for (auto [root, count] : units) {
+      if (count < 8 || tied.count(root)) continue;
+      int64_t divisor = count, limit = count / 2;
+      bool ok = true;
+      std::vector<Cut> mine;
+      for (int gi = 0; gi < 2 && ok; ++gi) {
+        const KernelGraph& g = *gr[gi];
+        for (size_t oi = 0; oi < g.ops.size() && ok; ++oi) {
+          const KernelOp& op = g.ops[oi];
+          if (op.kind != OpKind::GraphDefined) continue;
+          const BlockGraph& bg = *op.block;
+          int kind = -1, which = -1;  // kind 0: a grid dim cuts it, 1: a loop dim, 2: nothing
+          auto dev_slots = [&](const BlockOp& bo) -> const Slots& {
+            return gsl[gi]
+                ->tensor[bo.kind == OpKind::Input ? op.inputs.at(bo.io) : op.outputs.at(bo.io)];
+          };
+          for (const BlockOp& bo : bg.ops) {
+            if (bo.kind != OpKind::Input && bo.kind != OpKind::Output) continue;
+            const Slots& dev = dev_slots(bo);
+            const int lead = static_cast<int>(dev.size() - bo.shape.size());
+            for (int d = 0; d < static_cast<int>(dev.size()); ++d) {
+              if (cls.find(dev[d]) != root) continue;
+              auto at = [d](const std::vector<int>& m) {
+                return static_cast<int>(std::find(m.begin(), m.end(), d) - m.begin());
+              };
+              int gd = at(bo.imap), ld = at(bo.fmap);
+              int k = gd < static_cast<int>(bo.imap.size())   ? 0
+                      : ld < static_cast<int>(bo.fmap.size()) ? 1
+                                                              : 2;
+              int w = k == 0 ? gd : k == 1 ? ld : -1;
+              if (kind < 0) kind = k, which = w;
+              ok &= kind == k && which == w;
+              if (k == 2) {
+                int64_t t = d < lead ? 1 : bo.shape[d - lead];
+                divisor = std::gcd(divisor, t / cls.unit(dev[d]));
+              }
+            }
+          }
+          if (kind == 0 || kind == 1) {
+            // The dim must cut nothing but this class.
+            for (const BlockOp& bo : bg.ops) {
+              if (bo.kind != OpKind::Input && bo.kind != OpKind::Output) continue;
+              int d = (kind == 0 ? bo.imap : bo.fmap)[which];
+              ok &= d < 0 || cls.find(dev_slots(bo)[d]) == root;
+            }
+            int64_t e = kind == 0 ? bg.grid[which] : bg.loop[which];
+            divisor = std::gcd(divisor, e);
+            limit = std::min(limit, e / 2);
+            mine.push_back({gi, oi, kind == 0, which, 0});
+          }
+        }
+      }
+      if (!ok) continue;
+      int64_t h = 1;
+      for (int64_t want : {8, 2}) {
+        for (int64_t c = limit; c >= 2 && h == 1; --c)
+          if (divisor % c == 0 && count / c >= want) h = c;
+        if (h > 1) break;
+      }
+      if (h < 2) continue;
+      cut_by[root] = h;
+      for (Cut& c : mine) c.h = h, cuts.push_back(c);
+    }
+  }
+  auto cut_of = [&](int slot) {
+    auto it = cut_by.find(cls.find(slot));
+    return it == cut_by.end() ? int64_t(1) : it->second;
+  };
+
   ScaledPair r;
   std::set<int> shrunk;
-  auto rescale = [&](const KernelGraph& g, const GraphSlots& gs) {
+  auto rescale = [&](const KernelGraph& g, const GraphSlots& gs, int gi) {
     KernelGraph c = g;
     for (int t : c.inputs) {
       Shape& s = c.tensors[t].shape;
       for (size_t d = 0; d < s.size(); ++d) {
         int slot = gs.tensor[t][d];
-        if (cls.unit(slot) != scaled_unit(slot)) shrunk.insert(cls.find(slot));
-        s[d] = scaled_extent(slot);
+        if (cls.unit(slot) != scaled_unit(slot) || cut_of(slot) > 1) shrunk.insert(cls.find(slot));
+        s[d] = scaled_extent(slot) / cut_of(slot);
       }
+    }
+    for (const Cut& cut : cuts) {
+      if (cut.graph != gi) continue;
+      auto bg = std::make_shared<BlockGraph>(*c.ops[cut.op].block);
+      (cut.grid ? bg->grid : bg->loop)[cut.dim] /= cut.h;
+      c.ops[cut.op].block = bg;
     }
     for_constants(c, [&](double& v) {
       auto it = rewrite.find(v);
@@ -408,7 +531,7 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
     });
     return c;
   };
-  KernelGraph a2 = rescale(a, sa), b2 = rescale(b, sb);
+  KernelGraph a2 = rescale(a, sa, 0), b2 = rescale(b, sb, 1);
   r.scaled = !shrunk.empty();
   if (!r.scaled) {
     r.a = a;
@@ -434,8 +557,12 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
   }
   for (auto [root, s] : largest) {
     if (!r.description.empty()) r.description += ", ";
-    r.description += fmt::format("{} -> {} (unit {} -> {})", cls.extent(s), scaled_extent(s),
-                                 cls.unit(s), scaled_unit(s));
+    r.description += fmt::format("{} -> {} (unit {} -> {}", cls.extent(s),
+                                 scaled_extent(s) / cut_of(s), cls.unit(s), scaled_unit(s));
+    if (cut_of(s) > 1)
+      r.description += fmt::format(", units {} -> {}", cls.extent(s) / cls.unit(s),
+                                   cls.extent(s) / cls.unit(s) / cut_of(s));
+    r.description += ")";
   }
   return r;
 }

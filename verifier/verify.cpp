@@ -101,6 +101,41 @@ void for_compared(const Sampling& s, size_t i, const Shape& shape, F&& f) {
     for (int64_t c = 0; c < cols; ++c) f(r * cols + c);
 }
 
+// Rows of each output for a float check: candidates from sample_rows (first and last row, then
+// the others in a seeded order); each output keeps its first candidate, and more are added, up
+// to `want` per output, while the planned work of both graphs stays within max(budget, 1.5 x
+// the work of the first rows). Rows that share their tiles with chosen ones come almost free.
+std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const KernelGraph& b,
+                                              int64_t want, double budget, uint64_t seed) {
+  const size_t n = a.outputs.size();
+  std::vector<std::vector<int64_t>> cand(n), sel(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> rows =
+        sample_rows(a.tensor(a.outputs[i]).shape, std::max<int64_t>(4 * want, 2), seed + i);
+    // First and last, then the rest in a seeded order.
+    cand[i] = {rows.front()};
+    if (rows.size() > 1) cand[i].push_back(rows.back());
+    std::vector<int64_t> mid(rows.begin() + std::min<size_t>(1, rows.size()),
+                             rows.end() - std::min<size_t>(1, rows.size() - 1));
+    for (size_t k = mid.size(); k > 1; --k) std::swap(mid[k - 1], mid[mix64(seed ^ k) % k]);
+    cand[i].insert(cand[i].end(), mid.begin(), mid.end());
+    sel[i] = {cand[i][0]};
+  }
+  auto cost = [&](const std::vector<std::vector<int64_t>>& rows) {
+    return estimate_work(a, interp::plan_rows(a, rows)) +
+           estimate_work(b, interp::plan_rows(b, rows));
+  };
+  const double limit = std::max(budget, 1.5 * cost(sel));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 1; k < cand[i].size() && static_cast<int64_t>(sel[i].size()) < want; ++k) {
+      auto next = sel;
+      next[i].push_back(cand[i][k]);
+      if (cost(next) <= limit) sel = std::move(next);
+    }
+  for (auto& r : sel) std::sort(r.begin(), r.end());
+  return sel;
+}
+
 template <class D>
 std::vector<interp::Tensor<typename D::V>> inputs_for(const KernelGraph& g, const D&,
                                                       const auto& make) {
@@ -120,16 +155,20 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
   ScaledPair sp;
   double work = std::max(estimate_work(a), estimate_work(b));
   if (opt.scale && work > opt.max_work) {
-    sp = scale_pair(a, b, ScaleOptions{4});
-    if (sp.scaled && std::max(estimate_work(sp.a), estimate_work(sp.b)) > opt.sample_work) {
-      ScaledPair smaller = scale_pair(a, b, ScaleOptions{2});
-      if (smaller.scaled) sp = std::move(smaller);
+    // Units of 4 first; then fewer units (prefix cutting), then units of 2, while too big.
+    for (ScaleOptions so : {ScaleOptions{4, false}, ScaleOptions{4, true}, ScaleOptions{2, true}}) {
+      ScaledPair c = scale_pair(a, b, so);
+      if (!c.scaled) continue;
+      double w = std::max(estimate_work(c.a), estimate_work(c.b));
+      if (w >= work) continue;
+      sp = std::move(c);
+      work = w;
+      if (work <= opt.sample_work) break;
     }
     if (sp.scaled) {
       ga = &sp.a, gb = &sp.b;
       v.scaled = true;
       v.scaling = sp.description;
-      work = std::max(estimate_work(sp.a), estimate_work(sp.b));
     }
   }
 
@@ -325,7 +364,7 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
     oc = evaluate(cand, in_cand, ec);
   } else {
     fc.sampled = true;
-    for (int t : spec.outputs) rows.push_back(sample_rows(spec.tensor(t).shape, opt.rows, seed));
+    rows = choose_rows(spec, cand, opt.rows, opt.max_work, seed);
     os = evaluate_rows(spec, in_spec, rows, es);
     oc = evaluate_rows(cand, in_cand, rows, ec);
   }

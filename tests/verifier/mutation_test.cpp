@@ -106,7 +106,7 @@ TEST(Mutation, EveryWrongMutantOfEveryExampleIsRejected) {
   std::map<std::string, Count> by_kind;
   Count total;
   std::vector<std::string> escapes, false_alarms, unconfirmed;
-  int confirmed = 0;
+  int confirmed = 0, cut_caught = 0, cut_applied = 0;
   for (const Base& b : bases()) {
     auto t0 = std::chrono::steady_clock::now();
     int before = generated;
@@ -127,9 +127,20 @@ TEST(Mutation, EveryWrongMutantOfEveryExampleIsRejected) {
         continue;
       }
       Verdict v = verify(b.spec, m, opt);
+      // The same pair judged after prefix cutting as well (fewer blocks / iterations).
+      ScaledPair cut = scale_pair(b.spec, m, ScaleOptions{4, true});
+      VerifyOptions as_is;
+      as_is.scale = false;
+      bool cut_equivalent = verify(cut.a, cut.b, as_is).equivalent();
+      cut_applied += cut.description.find("units") != std::string::npos;
       Count& c = by_kind[mu.kind];
       if (oracle_differs(b.spec, m)) {
         ++c.different, ++total.different;
+        if (!cut_equivalent)
+          ++cut_caught;
+        else
+          escapes.push_back(b.name + ": " + mu.what + " (after prefix cutting: " + cut.description +
+                            ")");
         if (!v.equivalent()) {
           ++c.caught, ++total.caught;
           if (element_differs(b.spec, m, v.output, v.element))
@@ -161,10 +172,13 @@ TEST(Mutation, EveryWrongMutantOfEveryExampleIsRejected) {
               total.different, total.different ? 100.0 * total.caught / total.different : 100.0,
               total.accepted, total.same);
   std::printf("differing element confirmed by float64: %d / %d\n", confirmed, total.caught);
+  std::printf("caught after prefix cutting too: %d / %d (it cut units in %d pairs)\n", cut_caught,
+              total.different, cut_applied);
   for (const std::string& e : unconfirmed) std::printf("unconfirmed element: %s\n", e.c_str());
   for (const std::string& e : escapes) ADD_FAILURE() << "accepted a wrong mutant: " << e;
   for (const std::string& e : false_alarms) std::printf("false alarm: %s\n", e.c_str());
   EXPECT_EQ(total.caught, total.different);
+  EXPECT_EQ(cut_caught, total.different);
   // Every reported element is a real difference at full size (the scaled-to-full index mapping
   // is right). A difference behind a selection (max, relu) could show at another element than
   // in floats, since the field ranks values by a hash; none of these bases has one.

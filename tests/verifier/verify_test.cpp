@@ -338,7 +338,8 @@ TEST(FloatCheck, PassesEquivalentGraphsAndFailsWrongOnes) {
   sample.rows = 2;
   FloatCheck s = float_check(neg, neg, 3, sample);
   EXPECT_TRUE(s.ok && s.sampled);
-  EXPECT_EQ(s.outputs[0].rows_checked, 2);
+  EXPECT_GE(s.outputs[0].rows_checked, 1);  // rows that cost little more than the first
+  EXPECT_LE(s.outputs[0].rows_checked, 2);
 }
 
 }  // namespace

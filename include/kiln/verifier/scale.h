@@ -14,6 +14,13 @@
 // shrunk instance computes the full one restricted to offsets < u' within each unit;
 // docs/verifier.md argues when that preserves (in)equivalence.
 //
+// Prefix cutting (ScaleOptions::prefix) also reduces the number of units of a class with many:
+// where, in every block graph, one grid dim (else one loop dim) partitions the class and nothing
+// else, that dim is divided by h (keeping >= 2 blocks or iterations); where nothing partitions
+// it, its tiles shrink h-fold. The instance is then the full one restricted to the first U/h
+// units, which the same block-to-unit assignment covers; it rescues candidates whose tiles are
+// 1 wide along a huge dim (a block per row), where the unit is 1.
+//
 // Constants that stand for an extent (1/n of a mean written out by hand, as in
 // `sum(x^2) * 0.000244140625`) are rewritten to the shrunk extent when the other spelling (a
 // mean or rms_norm reducing n elements of the same class) is present; ambiguous ones keep their
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/interp/eval_core.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::verifier {
@@ -37,6 +45,9 @@ KernelGraph rebuild_graph(const KernelGraph& g);
 // An estimate of the element operations one evaluation of g costs (matmul: m*n*k MACs; block
 // graphs: blocks x iterations x tile work). Saturates at 2^62.
 double estimate_work(const KernelGraph& g);
+double estimate_op_work(const KernelGraph& g, size_t op);
+// The same for a partial evaluation (blocks and rows that the plan runs).
+double estimate_work(const KernelGraph& g, const interp::EvalPlan& plan);
 
 struct DimScale {
   int64_t unit = 1, scaled_unit = 1;  // full index i <-> (i / unit) * scaled_unit + i % unit
@@ -54,7 +65,8 @@ struct ScaledPair {
 };
 
 struct ScaleOptions {
-  int64_t unit = 4;  // u' for every class whose unit is larger
+  int64_t unit = 4;     // u' for every class whose unit is larger
+  bool prefix = false;  // also cut the number of units (see below)
 };
 
 // Scales a and b together (their inputs must agree by name and their outputs by position in

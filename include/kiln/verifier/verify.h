@@ -79,7 +79,7 @@ Verdict verify(const KernelGraph& a, const KernelGraph& b, const VerifyOptions& 
 
 struct FloatCheckOptions {
   double max_work = double(1 << 27);  // evaluate whole graphs below this, else sample rows
-  int64_t rows = 8;                   // rows sampled per output when sampling
+  int64_t rows = 8;                   // at most this many rows per output when sampling
   bool candidate_f32 = false;         // evaluate the candidate in F32 (stores rounded)
   double tolerance = 0;               // > 0: instead of spec_tolerance (tests use it as an oracle)
   int threads = 0;
