@@ -73,38 +73,11 @@ struct Sampling {
   interp::EvalPlan plan_a, plan_b;
 };
 
-Sampling make_sampling(const KernelGraph& a, const KernelGraph& b, double work, double budget,
-                       uint64_t seed) {
-  Sampling s;
-  if (work <= budget) return s;
-  s.active = true;
-  for (int t : a.outputs) {
-    const Shape& shape = a.tensor(t).shape;
-    int64_t total = interp::num_rows(shape);
-    int64_t k = static_cast<int64_t>(std::ceil(double(total) * budget / work));
-    s.rows.push_back(sample_rows(shape, std::clamp<int64_t>(k, 2, total), seed));
-  }
-  s.plan_a = interp::plan_rows(a, s.rows);
-  s.plan_b = interp::plan_rows(b, s.rows);
-  return s;
-}
-
-// Calls f(flat element index) for every element of output i that the sampling computes.
-template <class F>
-void for_compared(const Sampling& s, size_t i, const Shape& shape, F&& f) {
-  int64_t cols = interp::num_cols(shape);
-  if (!s.active) {
-    for (int64_t e = 0; e < interp::elements(shape); ++e) f(e);
-    return;
-  }
-  for (int64_t r : s.rows[i])
-    for (int64_t c = 0; c < cols; ++c) f(r * cols + c);
-}
-
-// Rows of each output for a float check: candidates from sample_rows (first and last row, then
-// the others in a seeded order); each output keeps its first candidate, and more are added, up
-// to `want` per output, while the planned work of both graphs stays within max(budget, 1.5 x
-// the work of the first rows). Rows that share their tiles with chosen ones come almost free.
+// Rows of each output to evaluate when a graph is too big: candidates from sample_rows (first and
+// last row, then the others in a seeded order); each output keeps its first candidate, and more are
+// added, up to `want` per output, while the planned work of both graphs stays within
+// max(budget, 1.5 x the work of the first rows). Rows that share their tiles with chosen ones come
+// almost free.
 std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const KernelGraph& b,
                                               int64_t want, double budget, uint64_t seed) {
   const size_t n = a.outputs.size();
@@ -134,6 +107,29 @@ std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const Kernel
     }
   for (auto& r : sel) std::sort(r.begin(), r.end());
   return sel;
+}
+
+Sampling make_sampling(const KernelGraph& a, const KernelGraph& b, double work, double budget,
+                       uint64_t seed) {
+  Sampling s;
+  if (work <= budget) return s;
+  s.active = true;
+  s.rows = choose_rows(a, b, 16, budget, seed);
+  s.plan_a = interp::plan_rows(a, s.rows);
+  s.plan_b = interp::plan_rows(b, s.rows);
+  return s;
+}
+
+// Calls f(flat element index) for every element of output i that the sampling computes.
+template <class F>
+void for_compared(const Sampling& s, size_t i, const Shape& shape, F&& f) {
+  int64_t cols = interp::num_cols(shape);
+  if (!s.active) {
+    for (int64_t e = 0; e < interp::elements(shape); ++e) f(e);
+    return;
+  }
+  for (int64_t r : s.rows[i])
+    for (int64_t c = 0; c < cols; ++c) f(r * cols + c);
 }
 
 template <class D>

@@ -273,6 +273,27 @@ TEST(Scaling, ShrinksUnitsAndMapsIndicesBack) {
   EXPECT_TRUE(verify(sp.a, sp.b).equivalent());
 }
 
+TEST(Scaling, SampledRowsWhenNothingElseHelps) {
+  KernelGraph ref = testing::attention_spec(2, 64, 16, 256);
+  KernelGraph flash = testing::flash_decoding(2, 64, 16, 256, 4, 4, 4);
+  VerifyOptions opt;
+  opt.scale = false;
+  opt.sample_work = 1000;
+  Verdict v = verify(ref, flash, opt);
+  EXPECT_TRUE(v.equivalent()) << v.summary();
+  EXPECT_TRUE(v.sampled);
+  EXPECT_GT(v.rows_checked, 0);
+  EXPECT_LT(v.rows_checked, v.rows_total);
+  // A wrong candidate is still caught on sampled rows: here the combine drops the rescale.
+  KernelGraph wrong = flash;
+  auto bg = std::make_shared<BlockGraph>(*wrong.ops.back().block);
+  for (BlockOp& op : bg->ops)
+    if (op.name == "acc_o") op.kind = OpKind::AccumSum, op.inputs.resize(1);
+  wrong.ops.back().block = bg;
+  wrong = rebuild_graph(wrong);
+  EXPECT_FALSE(verify(ref, wrong, opt).equivalent());
+}
+
 TEST(Scaling, RewritesAHandWrittenMeanConstantWithTheCount) {
   // mean over 4096 spelled as sum * 1/4096 on one side, as mean on the other.
   std::string ins = in("X", "[2, 4096]");
