@@ -67,13 +67,24 @@ class BlockEmitter {
       }
     if (any_inv) c_->line("kiln::rt::cp_async_commit();");
     const int64_t NIT = bg_.num_iterations();
+    const int U = bs_.coarsen;    // iterations per stage
+    const int64_t NCH = NIT / U;  // stages of the ring the loop walks
+    // Issues the copies of stage `ch` (an expression) into ring slot `slot`.
+    auto load_stage = [&](const std::string& ch, const std::string& slot) {
+      for (size_t i = 0; i < bg_.ops.size(); ++i)
+        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop) {
+          if (U == 1)
+            c_->f("load_{}({}, {});", bg_.ops[i].name, ch, slot);
+          else
+            c_->f("for (int u = 0; u < {0}; ++u) load_{1}(({2}) * {0} + u, ({3}) * {0} + u);", U,
+                  bg_.ops[i].name, ch, slot);
+        }
+    };
     if (any_loop && S >= 2) {
       c_->line("#pragma unroll");
       c_->open(fmt::format("for (int s = 0; s < {}; ++s) {{", S - 1));
-      c_->open(fmt::format("if (s < {}) {{", NIT));
-      for (size_t i = 0; i < bg_.ops.size(); ++i)
-        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
-          c_->f("load_{}(s, s);", bg_.ops[i].name);
+      c_->open(fmt::format("if (s < {}) {{", NCH));
+      load_stage("s", "s");
       c_->close();
       c_->line("kiln::rt::cp_async_commit();");
       c_->close();
@@ -87,26 +98,21 @@ class BlockEmitter {
         }
         emit_step(st);
       }
-    // The loop.
-    c_->open(fmt::format("for (int it = 0; it < {}; ++it) {{", NIT));
-    emit_loop_indices("it", "l");
+    // The loop, one ring stage (U iterations) per trip.
+    c_->open(fmt::format("for (int ic = 0; ic < {}; ++ic) {{", NCH));
     if (any_loop && S >= 2) {
       c_->f("kiln::rt::cp_async_wait<{}>();", S - 2);
       c_->line("__syncthreads();");
       c_->open("{");
-      c_->f("const int nx = it + {};", S - 1);
-      c_->open(fmt::format("if (nx < {}) {{", NIT));
-      for (size_t i = 0; i < bg_.ops.size(); ++i)
-        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
-          c_->f("load_{}(nx, nx % {});", bg_.ops[i].name, S);
+      c_->f("const int nx = ic + {};", S - 1);
+      c_->open(fmt::format("if (nx < {}) {{", NCH));
+      load_stage("nx", fmt::format("nx % {}", S));
       c_->close();
       c_->line("kiln::rt::cp_async_commit();");
       c_->close();
     } else if (any_loop) {
       c_->line("__syncthreads();");
-      for (size_t i = 0; i < bg_.ops.size(); ++i)
-        if (bg_.ops[i].kind == OpKind::Input && bg_.ops[i].stage == Stage::Loop)
-          c_->f("load_{}(it, 0);", bg_.ops[i].name);
+      load_stage("ic", "0");
       c_->line("kiln::rt::cp_async_commit();");
       c_->line("kiln::rt::cp_async_wait<0>();");
       c_->line("__syncthreads();");
@@ -114,14 +120,24 @@ class BlockEmitter {
       c_->line(any_inv && !pre_waited ? "kiln::rt::cp_async_wait<0>();" : "");
       c_->line("__syncthreads();");
     }
+    if (U > 1) {
+      c_->open(fmt::format("for (int u = 0; u < {}; ++u) {{", U));
+      c_->f("const int it = ic * {} + u;", U);
+    } else {
+      c_->open("{");
+      c_->line("const int it = ic;");
+    }
+    emit_loop_indices("it", "l");
     for (size_t i = 0; i < bg_.ops.size(); ++i) {
       const BlockOp& o = bg_.ops[i];
       if (o.kind == OpKind::Input && o.stage == Stage::Loop)
-        c_->f("const {}* c_{} = s_{} + (it % {}) * {};", ctype(bg_.inputs[o.io].dtype), o.name,
-              o.name, S, bs_.tiles[i].bytes / dtype_bytes(bg_.inputs[o.io].dtype));
+        c_->f("const {}* c_{} = s_{} + ((ic % {}) * {} + {}) * {};", ctype(bg_.inputs[o.io].dtype),
+              o.name, o.name, S, U, U > 1 ? "u" : "0",
+              bs_.tiles[i].bytes / dtype_bytes(bg_.inputs[o.io].dtype));
     }
     for (const Step& st : bs_.steps)
       if (st.phase == Phase::Loop) emit_step(st);
+    c_->close();
     c_->close();
     c_->line("kiln::rt::cp_async_wait_all();");
     for (const Step& st : bs_.steps)

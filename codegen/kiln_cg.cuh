@@ -30,6 +30,8 @@ KILN_DEV float ld(const T* p) {
 template <int BYTES>
 KILN_DEV void cp_async_small(uint32_t saddr, const void* gptr) {
 #ifdef KILN_SIM
+  if (reinterpret_cast<uintptr_t>(gptr) % BYTES || saddr % BYTES)
+    kiln_sim::fail("cp.async: address not aligned to the copy size");
   kiln_sim::me().open.push_back(
       {kiln_sim::smem_at(saddr, BYTES), static_cast<const unsigned char*>(gptr), BYTES, BYTES});
 #else

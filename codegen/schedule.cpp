@@ -725,7 +725,7 @@ class BlockPlanner {
         choose_load_vec(i);
         bool loop = op(i).stage == Stage::Loop;
         t.stages = loop ? stages : 1;
-        b.bytes = bytes * t.stages;
+        b.bytes = bytes * t.stages * (loop ? s_.coarsen : 1);
         b.lo = 0;
       }
       // Live interval.
@@ -796,6 +796,18 @@ class BlockPlanner {
       }
     int64_t iters = bg_.num_iterations();
     int64_t blocks = bg_.num_blocks();
+    // Coarsen tiny loop stages (only when the loop body stores nothing in shared memory, so that
+    // consecutive iterations need no barrier between them).
+    bool body_writes = false;
+    for (const Task& k : tasks_)
+      body_writes |= k.phase == Phase::Loop && k.kind == StepKind::Compute;
+    int coarsen = 1;
+    if (any_loop_input && !body_writes && stage_bytes > 0)
+      for (int64_t u = 2; u <= 64 && u <= iters; ++u)
+        if (iters % u == 0 && u * stage_bytes <= 16 * 1024) coarsen = static_cast<int>(u);
+    s_.coarsen = coarsen;
+    stage_bytes *= coarsen;
+    iters /= coarsen;
     int64_t per_sm =
         std::max<int64_t>(1, std::min<int64_t>(ceil_div(blocks, tgt_.sm_count), 2048 / T_));
     int want = 1;
@@ -1098,8 +1110,10 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
     const BlockGraph& bg = *op.block;
     const BlockSchedule& b = *kp.block;
     out += fmt::format(
-        "kernel {}: block graph, grid {} x {} threads, {} iterations, pipeline {} stage(s)\n",
-        kp.kernel, shape_str(bg.grid), bg.block_threads, bg.num_iterations(), b.pipeline_stages);
+        "kernel {}: block graph, grid {} x {} threads, {} iterations, pipeline {} stage(s) of {} "
+        "iteration(s)\n",
+        kp.kernel, shape_str(bg.grid), bg.block_threads, bg.num_iterations(), b.pipeline_stages,
+        b.coarsen);
     out += fmt::format(
         "  shared memory {} bytes (resource rule {}; budget {}), workspace per block {}, "
         "accumulator registers ~{}/thread, {} barrier(s) per iteration{}\n",

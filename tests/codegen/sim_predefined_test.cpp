@@ -17,7 +17,7 @@ Attrs dim_attr(int d, bool keep = true) {
 }
 
 void expect_sim_ok(const KernelGraph& g, const std::string& tag) {
-  EXPECT_EQ(testing::check_in_simulator(g, g, 3, tag), "") << tag;
+  EXPECT_EQ(testing::check_in_simulator(g, g, 3, tag, Arch::Sm90a, Precision::F32), "") << tag;
 }
 
 TEST(SimPredefined, ElementwiseTransposeReduce) {

@@ -21,7 +21,8 @@ TEST(SimRandom, EmittedKernelsMatchInterpreter) {
   for (int i = first; i < first + n; ++i) {
     testing::RandomGraphs gen(1000 + i);
     KernelGraph g = gen.next(fmt::format("rnd{}", i));
-    std::string msg = testing::check_in_simulator(g, g, 11 + i, fmt::format("rnd{}", i));
+    std::string msg = testing::check_in_simulator(g, g, 11 + i, fmt::format("rnd{}", i),
+                                                  Arch::Sm90a, Precision::F32);
     EXPECT_EQ(msg, "") << "graph " << i << ":\n"
                        << to_text(g) << schedule_to_text(g, plan_schedule(g, default_target()));
   }

@@ -136,9 +136,9 @@ SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inp
 }
 
 std::string check_in_simulator(const KernelGraph& g, const KernelGraph& ref, uint64_t seed,
-                               const std::string& tag, Arch arch) {
+                               const std::string& tag, Arch arch, Precision precision) {
   std::vector<HostTensor> in = random_inputs(ref, seed);
-  std::vector<HostTensor> want = evaluate(ref, in, {Precision::F64, 0});
+  std::vector<HostTensor> want = evaluate(ref, in, {precision, 0});
   std::string dir = (fs::temp_directory_path() / "kiln_codegen_sim").string();
   SimRun run = run_in_simulator(g, in, dir, tag, arch);
   if (!run.ok) return run.log;

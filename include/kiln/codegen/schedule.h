@@ -104,6 +104,9 @@ struct BlockSchedule {
   std::vector<TilePlan> tiles;  // one per block op
   std::vector<Step> steps;      // Pre steps, then the loop body, then Post steps
   int pipeline_stages = 1;
+  // Loop iterations per pipeline stage: a stage holds the input tiles of `coarsen` consecutive
+  // iterations, so fine-grained loops pay one wait and one barrier per stage, not per iteration.
+  int coarsen = 1;
   int64_t smem_bytes = 0;       // dynamic shared memory of the kernel
   int64_t smem_rule_bytes = 0;  // what the resource rule counts
   int64_t smem_budget = 0;      // what the target allows
