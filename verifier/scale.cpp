@@ -541,6 +541,18 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
     r.a = rebuild_graph(a2);
     r.b = rebuild_graph(b2);
   }
+  // The builders re-derived every shape; they must be the ones the classes predict.
+  for (size_t i = 0; r.scaled && i < a.outputs.size(); ++i) {
+    const Slots& slots = sa.tensor[a.outputs[i]];
+    for (size_t d = 0; d < slots.size(); ++d) {
+      int64_t want = scaled_extent(slots[d]) / cut_of(slots[d]);
+      KILN_ASSERT(r.a.tensor(r.a.outputs[i]).shape[d] == want &&
+                      r.b.tensor(r.b.outputs[i]).shape[d] == want,
+                  "scaled output {} dim {}: {} and {}, expected {}", i, d,
+                  shape_str(r.a.tensor(r.a.outputs[i]).shape),
+                  shape_str(r.b.tensor(r.b.outputs[i]).shape), want);
+    }
+  }
   for (int t : a.outputs) {
     std::vector<DimScale> dims;
     for (int slot : sa.tensor[t])

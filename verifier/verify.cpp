@@ -153,7 +153,12 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
   if (opt.scale && work > opt.max_work) {
     // Units of 4 first; then fewer units (prefix cutting), then units of 2, while too big.
     for (ScaleOptions so : {ScaleOptions{4, false}, ScaleOptions{4, true}, ScaleOptions{2, true}}) {
-      ScaledPair c = scale_pair(a, b, so);
+      ScaledPair c;
+      try {
+        c = scale_pair(a, b, so);
+      } catch (const UserError&) {
+        continue;  // a builder refused the smaller instance: verify without it
+      }
       if (!c.scaled) continue;
       double w = std::max(estimate_work(c.a), estimate_work(c.b));
       if (w >= work) continue;
@@ -248,6 +253,7 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     }
     if (s.active) {
       v.sampled = true;
+      v.rows_checked = v.rows_total = 0;
       for (size_t o = 0; o < s.rows.size(); ++o) {
         v.rows_checked += static_cast<int64_t>(s.rows[o].size());
         v.rows_total += interp::num_rows(ga->tensor(ga->outputs[o]).shape);
@@ -326,7 +332,9 @@ std::string Verdict::summary() const {
       s += fmt::format("  {} trial(s) retried after a zero divisor\n", inconclusive_trials);
   }
   if (scaled) s += fmt::format("  scaled instance: {}\n", scaling);
-  if (sampled) s += fmt::format("  sampled {} of {} output rows\n", rows_checked, rows_total);
+  if (sampled)
+    s += fmt::format("  sampled {} of {} output rows per trial (drawn afresh each trial)\n",
+                     rows_checked, rows_total);
   if (selections && outcome == Outcome::Equivalent)
     s += "  note: the graphs select (max/relu/clamp); a difference visible only through a "
          "selection is caught with lower probability (docs/verifier.md)\n";

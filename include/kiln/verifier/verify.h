@@ -62,7 +62,7 @@ struct Verdict {
   bool scaled = false;
   std::string scaling;  // which sizes shrank, e.g. "8192 -> 512 (unit 64 -> 4), ..."
   bool sampled = false;
-  int64_t rows_checked = 0, rows_total = 0;  // over all outputs
+  int64_t rows_checked = 0, rows_total = 0;  // per trial, over all outputs
   double seconds = 0;
 
   std::string summary() const;  // multi-line, human-readable
