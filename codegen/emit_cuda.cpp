@@ -320,6 +320,13 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
         TA, TO, mt, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
         x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
     L.line("if (err != cudaSuccess) return err;");
+  } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
+    L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 4>, {}, "
+        "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+        "kiln::rt::WgmmaEpiIdentity(), stream);",
+        TA, TO, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
+        x.ptr(op.outputs[0]), N, M, N, K);
+    L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("gemm_tc", 0) == 0) {
     bool small = kp.strategy.find("64x128") != std::string::npos;
     std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", TA)

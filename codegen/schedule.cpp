@@ -1055,6 +1055,11 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
               int mt = static_cast<int>(ceil_div(M, 8));
               kp.scratch_bytes = col_blocks * splits * warps_n * mt * 512 * 4 + col_blocks * 4;
             }
+          } else if (tc && batch == 1 && M > 64 && t.arch == Arch::Sm90a) {
+            // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
+            kp.strategy = "wgmma_ws 128x128x64 s4";
+            kp.threads = 384;
+            kp.grid = ceil_div(N, 128) * ceil_div(M, 128);
           } else if (tc) {
             bool small = M <= 64;
             kp.strategy = small ? "gemm_tc 64x128x32 s4" : "gemm_tc 128x128x32 s3";

@@ -29,3 +29,17 @@ INSTANTIATE_TEST_SUITE_P(Examples, SimExample,
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Any μGraph file against its spec: KILN_SIM_GRAPH=g.mugraph.json KILN_SIM_SPEC=spec.json.
+TEST(SimFile, MatchesSpec) {
+  const char* g = std::getenv("KILN_SIM_GRAPH");
+  const char* s = std::getenv("KILN_SIM_SPEC");
+  if (!g || !s) GTEST_SKIP() << "set KILN_SIM_GRAPH and KILN_SIM_SPEC";
+  EXPECT_EQ(testing::check_in_simulator(load_graph_file(g), load_graph_file(s), 5, "file"), "");
+}
+
+}  // namespace
+}  // namespace kiln

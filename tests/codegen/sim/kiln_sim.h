@@ -707,6 +707,27 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, i
   return cudaSuccess;
 }
 
+template <typename T, int NB, int STAGES>
+struct WgmmaGemmWS {
+  using Elem = T;
+};
+struct WgmmaEpiIdentity {
+  float operator()(float v0, float, int, int) const { return v0; }
+};
+template <class G, typename TO, class Epi>
+inline cudaError_t wgmma_ws_gemm_launch(const typename G::Elem* A, int64_t lda,
+                                        const typename G::Elem* B0, const typename G::Elem*,
+                                        int64_t ldb, TO* C, int64_t ldc, int M, int N, int K,
+                                        Epi epi, cudaStream_t) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; ++k) acc += to_f32(A[m * lda + k]) * to_f32(B0[int64_t(k) * ldb + n]);
+      C[m * ldc + n] = from_f32<TO>(epi(acc, 0.0f, m, n));
+    }
+  return cudaSuccess;
+}
+
 }  // namespace rt
 }  // namespace kiln
 
