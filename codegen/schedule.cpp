@@ -804,7 +804,9 @@ class BlockPlanner {
     int coarsen = 1;
     if (any_loop_input && !body_writes && stage_bytes > 0)
       for (int64_t u = 2; u <= 64 && u <= iters; ++u)
-        if (iters % u == 0 && u * stage_bytes <= 16 * 1024) coarsen = static_cast<int>(u);
+        if (iters % u == 0 && u * stage_bytes <= 16 * 1024 &&
+            iters / u >= std::min<int64_t>(iters, 4))
+          coarsen = static_cast<int>(u);
     s_.coarsen = coarsen;
     stage_bytes *= coarsen;
     iters /= coarsen;
