@@ -7,7 +7,7 @@
 #   scripts/gpu_check.sh DIR [--sanitize] [--baselines] [--only SUBSTR] [--repeats R]
 #
 #   --sanitize    also run compute-sanitizer memcheck, racecheck and synccheck on --check-only
-#                 runs (slow: every case, one seed).
+#                 runs of the μGraph cases (one seed; spec_* cases only with --sanitize-all).
 #   --baselines   first run shared/bench/torch_baselines.py (needs PyTorch) in the same session,
 #                 so that Kiln's numbers compare with torch's on the same machine.
 #   --only S      only harnesses whose name contains S.
@@ -27,6 +27,7 @@ REPEATS=30
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) SANITIZE=1 ;;
+    --sanitize-all) SANITIZE=2 ;;
     --baselines) BASELINES=1 ;;
     --only) ONLY="$2"; shift ;;
     --repeats) REPEATS="$2"; shift ;;
@@ -114,7 +115,7 @@ for n in "${cases[@]}"; do
   us=$(echo "$line" | sed -n 's/.* us=\([^ ]*\).*/\1/p')
   [ "$rrc" = 0 ] && [ "$ok" = 1 ] || fail=1
   san="-"
-  if [ "$SANITIZE" = 1 ] && [ -x "$SANITIZER" ]; then
+  if [ "$SANITIZE" != 0 ] && [ -x "$SANITIZER" ] && { [ "$SANITIZE" = 2 ] || [[ "$n" != spec_* ]]; }; then
     san=""
     for tool in memcheck racecheck synccheck; do
       timeout 900 "$SANITIZER" --tool "$tool" --error-exitcode 9 "$DIR/bin/$n" --check-only --checks 1 \
