@@ -37,7 +37,7 @@ KILN=$(find_bin kiln || true)
 TOOL=$(find_bin tests/kiln_codegen_tool || true)
 emit() {  # emit GRAPH SPEC OUT.cu
   if [ -n "$KILN" ] && "$KILN" emit --help 2>/dev/null | grep -q -- --harness; then
-    "$KILN" emit "$1" --spec "$2" --target "$TARGET" --harness "$3" -o "${3%.cu}.kernel.cu"
+    "$KILN" emit "$1" --spec "$2" --target "$TARGET" --harness "$3"
   elif [ -n "$TOOL" ]; then
     "$TOOL" "$1" --spec "$2" --target "$TARGET" --harness "$3"
   else
