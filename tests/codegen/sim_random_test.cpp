@@ -18,11 +18,14 @@ TEST(SimRandom, EmittedKernelsMatchInterpreter) {
   if (const char* e = std::getenv("KILN_SIM_GRAPHS")) n = std::atoi(e);
   int first = 0;
   if (const char* e = std::getenv("KILN_SIM_FIRST")) first = std::atoi(e);
+  Arch arch = Arch::Sm90a;
+  if (const char* e = std::getenv("KILN_SIM_ARCH"); e && arch_from_name(e))
+    arch = *arch_from_name(e);
   for (int i = first; i < first + n; ++i) {
     testing::RandomGraphs gen(1000 + i);
     KernelGraph g = gen.next(fmt::format("rnd{}", i));
-    std::string msg = testing::check_in_simulator(g, g, 11 + i, fmt::format("rnd{}", i),
-                                                  Arch::Sm90a, Precision::F32);
+    std::string msg =
+        testing::check_in_simulator(g, g, 11 + i, fmt::format("rnd{}", i), arch, Precision::F32);
     EXPECT_EQ(msg, "") << "graph " << i << ":\n"
                        << to_text(g) << schedule_to_text(g, plan_schedule(g, default_target()));
   }
