@@ -306,6 +306,30 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
   return r;
 }
 
+inline double __shfl_xor_sync(unsigned, double v, int o) {
+  using namespace kiln_sim;
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  slot(me().linear)[0] = bits;
+  warp_barrier();
+  bits = slot(warp_base() + (lane() ^ o))[0];
+  warp_barrier();
+  double r;
+  std::memcpy(&r, &bits, 8);
+  return r;
+}
+inline double atomicAdd(double* p, double v) {
+  double o = *p;
+  *p = o + v;
+  return o;
+}
+inline const char* cudaGetErrorName(cudaError_t) {
+  return "cudaError";
+}
+inline const char* cudaGetErrorString(cudaError_t) {
+  return "simulated error";
+}
+
 inline cudaError_t cudaGetLastError() {
   return cudaSuccess;
 }
