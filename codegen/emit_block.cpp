@@ -514,6 +514,25 @@ class BlockEmitter {
       c_->close();
       return;
     }
+    // Mma fragments hold two adjacent columns: one 4-byte (16-bit) or 8-byte (f32) store.
+    const Distribution& d = t.dist;
+    if (d.kind == DistKind::Mma && d.ks == 1 && r >= 1 && o.shape.back() == d.n && d.n % 2 == 0 &&
+        td.shape.back() % 2 == 0) {
+      run_mma_pairs(top, d, t.root, [&](Ctx& c0, Ctx& c1, const std::vector<std::string>& idx) {
+        std::vector<std::string> idx1 = idx;
+        idx1.back() = idx.back() == "0" ? "1" : "(" + idx.back() + " + 1)";
+        std::string v0 = value(o.inputs[0], idx, c0);
+        std::string v1 = value(o.inputs[0], idx1, c1);
+        std::string at = offset_expr(idx, tile_strides);
+        if (td.dtype == DType::F32)
+          c_->f("*reinterpret_cast<float2*>(dst + {}) = make_float2({}, {});", at, v0, v1);
+        else
+          c_->f("*reinterpret_cast<uint32_t*>(dst + {}) = kiln::rt::pack2<{}>({}, {});", at,
+                ctype(td.dtype), v0, v1);
+      });
+      c_->close();
+      return;
+    }
     run_elements(top, t.dist, t.root, false,
                  [&](Ctx& cx, const std::vector<std::string>& idx, const std::string&) {
                    std::string v = value(o.inputs[0], idx, cx);
@@ -882,6 +901,41 @@ class BlockEmitter {
     c_->close();
     c_->close();
     (void)spill;
+  }
+
+  // The Mma distribution two adjacent columns at a time (fragment elements 2h and 2h + 1), for
+  // paired 4- or 8-byte stores. sink gets one context per column and the first column's index.
+  using PairSink = std::function<void(Ctx&, Ctx&, const std::vector<std::string>&)>;
+  void run_mma_pairs(int top, const Distribution& d, int root, const PairSink& sink) {
+    c_->open("{");
+    if (root >= 0) mma_block(root, d, "fr", /*fresh=*/true);
+    emit_warp_coords(d);
+    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
+    c_->line("#pragma unroll");
+    c_->open("for (int h = 0; h < 2; ++h) {");
+    c_->f("const int b = wb * {} + bi;", d.bw);
+    c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + (h << 3);", d.mtw);
+    c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1);", d.ntw);
+    c_->open(fmt::format("if (b < {} && row < {} && col < {}) {{", d.batch, d.m, d.n));
+    c_->f("const int o = (b * {} + row) * {} + col;", d.m, d.n);
+    std::vector<std::string> idx = unravel(*c_, "o", op(top).shape, "i");
+    Ctx c0, c1;
+    c0.body = c1.body = c_;
+    if (root >= 0) {
+      c0.root = c1.root = root;
+      c0.root_val = "fr[bi][i][jn].x[2 * h]";
+      c1.root_val = "fr[bi][i][jn].x[2 * h + 1]";
+    }
+    c0.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h]", nm(r)); };
+    c1.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h + 1]", nm(r)); };
+    sink(c0, c1, idx);
+    for (int k = 0; k < 7; ++k) c_->close();
   }
 
   const KernelGraph& g_;
