@@ -743,6 +743,37 @@ class BlockEmitter {
     return off == "0" ? ptr : fmt::format("{} + {}", ptr, off);
   }
 
+  // A float32 stored leaf read row-major with an even pitch: the vector fragment loader applies.
+  bool f32_rows(const MmaOperand& mo, int64_t K) const {
+    const TilePlan& t = tp(mo.leaf);
+    bool stored = t.home == TileHome::Smem || t.home == TileHome::Global ||
+                  (t.home == TileHome::Registers && t.spill);
+    if (mo.swapped || !stored || op(mo.leaf).kind == OpKind::Input || K % 2) return false;
+    if (op(mo.leaf).shape.size() < 2) return false;
+    const std::vector<int64_t>& st = t.home == TileHome::Registers ? t.spill_strides : t.strides;
+    for (size_t d = 0; d + 1 < st.size(); ++d)
+      if (st[d] % 2) return false;
+    return true;
+  }
+  int64_t f32_pitch(int leaf) const {
+    const TilePlan& t = tp(leaf);
+    const std::vector<int64_t>& st = t.home == TileHome::Registers ? t.spill_strides : t.strides;
+    return st[st.size() - 2];
+  }
+  std::string f32_batch_ptr(const MmaOperand& mo, const Shape& out,
+                            const std::vector<std::string>& out_batch) const {
+    const BlockOp& l = op(mo.leaf);
+    const TilePlan& t = tp(mo.leaf);
+    const std::vector<int64_t>& st = t.home == TileHome::Registers ? t.spill_strides : t.strides;
+    Shape lb(l.shape.begin(), l.shape.end() - 2);
+    Shape ob(out.begin(), out.end() - 2);
+    std::vector<std::string> bi = bcast_index(lb, ob, out_batch);
+    std::vector<int64_t> bs(st.begin(), st.end() - 2);
+    std::string ptr = (t.home == TileHome::Registers ? "sp_" : "s_") + l.name;
+    std::string off = offset_expr(bi, bs);
+    return off == "0" ? ptr : fmt::format("{} + {}", ptr, off);
+  }
+
   // Emits the mma.sync main loop of matmul `mm` (partition d) into fragments `frag`
   // (kiln::rt::FragC [bw][mtw][ntw]); declares and zeroes them when fresh.
   void mma_block(int mm, const Distribution& d, const std::string& frag, bool fresh) {
@@ -791,6 +822,9 @@ class BlockEmitter {
         c_->f("kiln::cg::load_a_cols<{}>(fa[i], {}, m0, k0, lane);", pitch, base);
       else
         c_->f("kiln::cg::load_a_rows<{}, {}>(fa[i], {}, m0, k0, lane);", M, pitch, base);
+    } else if (f32_rows(oa, K)) {
+      c_->f("kiln::cg::load_a_f32<{}, {}, {}, {}>(fa[i], {}, m0, k0, lane);", T, M, K,
+            f32_pitch(oa.leaf), f32_batch_ptr(oa, out, bidx));
     } else {
       c_->open(
           fmt::format("kiln::cg::load_a_fn<{}>(fa[i], lane, [&](int r_, int c_) -> float {{", T));

@@ -165,6 +165,22 @@ KILN_DEV void load_a_fn(FragA& a, int lane, F&& f) {
   a.x[2] = rt::pack2<T>(f(g, 2 * t + 8), f(g, 2 * t + 9));
   a.x[3] = rt::pack2<T>(f(g + 8, 2 * t + 8), f(g + 8, 2 * t + 9));
 }
+// A fragment from a row-major float32 tile (pitch LDA even, 8-byte aligned rows): one 8-byte
+// shared load per register, rounded to T; rows >= M and columns >= K (K even) read as zero.
+template <typename T, int M, int K, int LDA>
+KILN_DEV void load_a_f32(FragA& a, const float* A, int m0, int k0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  auto pair = [&](int r, int c) -> uint32_t {
+    const int m = m0 + r, k = k0 + c;
+    if (m >= M || k >= K) return 0u;
+    const float2 v = *reinterpret_cast<const float2*>(A + m * LDA + k);
+    return rt::pack2<T>(v.x, v.y);
+  };
+  a.x[0] = pair(g, 2 * t);
+  a.x[1] = pair(g + 8, 2 * t);
+  a.x[2] = pair(g, 2 * t + 8);
+  a.x[3] = pair(g + 8, 2 * t + 8);
+}
 // B fragment: f(k, n) returns B[k0 + k][n0 + n].
 template <typename T, class F>
 KILN_DEV void load_b_fn(FragB& b, int lane, F&& f) {
