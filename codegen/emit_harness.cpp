@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     KILN_CK(cudaStreamSynchronize(s));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    KILN_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    KILN_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     for (int r = 0; r < calls; ++r) KILN_CK(KILN_CALL(&cin[(r % copies) * kNumIn], out, ws, s));
     KILN_CK(cudaStreamEndCapture(s, &graph));
     KILN_CK(cudaGraphInstantiate(&exec, graph, 0));
