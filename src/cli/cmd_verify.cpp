@@ -25,7 +25,8 @@ void add_verify(CLI::App& app) {
   cmd->add_option("--seed", seed, "base seed of the trials")->capture_default_str();
   cmd->add_flag("--float", float_too,
                 "also run the float64 check (A as the reference, B as the candidate)");
-  cmd->add_flag("--no-scale", no_scale, "verify at full size (no scaled instance)");
+  cmd->add_flag("--no-scale", no_scale,
+                "no scaled instance (output rows are still sampled when the graphs are too big)");
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
   cmd->callback([] {
     KernelGraph a = load_graph_file(file_a), b = load_graph_file(file_b);

@@ -28,7 +28,7 @@ struct VerifyOptions {
   double target_bits = 60;  // default trial count drives the bound below 2^-target_bits
   uint64_t seed = 1;
   bool scale = true;                     // shrink to a smaller instance when it is large
-  double max_work = double(1 << 22);     // element ops per graph evaluation before scaling
+  double max_work = double(1 << 20);     // element ops per graph evaluation before scaling
   double sample_work = double(1 << 24);  // ... after scaling, before sampling output rows
   int threads = 0;                       // 0: all cores (oneTBB default)
 };
