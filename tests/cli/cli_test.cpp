@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,18 +12,18 @@
 
 namespace {
 
-struct Run {
+struct KilnRun {
   int status = -1;
   std::string out, err;
 };
 
 // Runs `kiln ARGS`, capturing stdout and stderr separately.
-Run kiln(const std::string& args) {
+KilnRun kiln(const std::string& args) {
   static int counter = 0;
   std::string errfile = std::string(KILN_BINARY_DIR) + "/cli_test_stderr_" +
                         std::to_string(::getpid()) + "_" + std::to_string(counter++);
   std::string cmd = std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>" + errfile;
-  Run r;
+  KilnRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
@@ -47,15 +48,15 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST(Cli, VersionAndHelp) {
-  Run v = kiln("--version");
+  KilnRun v = kiln("--version");
   EXPECT_EQ(v.status, 0);
   EXPECT_NE(v.out.find("kiln "), std::string::npos);
-  Run h = kiln("--help");
+  KilnRun h = kiln("--help");
   EXPECT_EQ(h.status, 0);
   EXPECT_NE(h.out.find("show"), std::string::npos);
   EXPECT_NE(h.out.find("eval"), std::string::npos);
   for (const char* sub : {"show", "eval"}) {
-    Run s = kiln(std::string(sub) + " --help");
+    KilnRun s = kiln(std::string(sub) + " --help");
     EXPECT_EQ(s.status, 0) << sub;
     EXPECT_NE(s.out.find("FILE"), std::string::npos) << sub;
   }
@@ -69,13 +70,13 @@ TEST(Cli, BadArgumentsExitTwo) {
 }
 
 TEST(Cli, ShowPrintsSpecsAndMugraphs) {
-  Run s = kiln("show " + example("rmsnorm_linear.json"));
+  KilnRun s = kiln("show " + example("rmsnorm_linear.json"));
   ASSERT_EQ(s.status, 0) << s.err;
   EXPECT_NE(s.out.find("rms_norm"), std::string::npos);
-  Run m = kiln("show " + example("gqa.mugraph.json"));
+  KilnRun m = kiln("show " + example("gqa.mugraph.json"));
   ASSERT_EQ(m.status, 0) << m.err;
   EXPECT_NE(m.out.find("accum_sum"), std::string::npos);
-  Run d = kiln("show --dot " + example("gqa.mugraph.json"));
+  KilnRun d = kiln("show --dot " + example("gqa.mugraph.json"));
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(d.out.rfind("digraph", 0), 0u);
 }
@@ -88,28 +89,28 @@ TEST(Cli, InvalidSpecExitsTwoWithLocationAndWritesNothing) {
   "outputs": ["Y"]
 })");
   for (const char* sub : {"show", "eval"}) {
-    Run r = kiln(std::string(sub) + " " + bad);
+    KilnRun r = kiln(std::string(sub) + " " + bad);
     EXPECT_EQ(r.status, 2) << sub;
     EXPECT_TRUE(r.out.empty()) << sub << ": " << r.out;
     EXPECT_NE(r.err.find("cli_bad_spec.json"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("nodes[0]"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("matmul"), std::string::npos) << r.err;
   }
-  Run missing = kiln("show " + std::string(KILN_BINARY_DIR) + "/no_such_file.json");
+  KilnRun missing = kiln("show " + std::string(KILN_BINARY_DIR) + "/no_such_file.json");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("no_such_file.json"), std::string::npos);
 }
 
 TEST(Cli, EvalIsDeterministicAndAgreesBetweenSpecAndMugraph) {
-  Run a = kiln("eval " + example("lora.json") + " --seed 5");
-  Run b = kiln("eval " + example("lora.json") + " --seed 5");
+  KilnRun a = kiln("eval " + example("lora.json") + " --seed 5");
+  KilnRun b = kiln("eval " + example("lora.json") + " --seed 5");
   ASSERT_EQ(a.status, 0) << a.err;
   EXPECT_NE(a.out.find("checksum"), std::string::npos);
   // Same numbers both times (the first line holds the elapsed time).
   EXPECT_EQ(a.out.substr(a.out.find('\n')), b.out.substr(b.out.find('\n')));
-  Run c = kiln("eval " + example("lora.json") + " --seed 6");
+  KilnRun c = kiln("eval " + example("lora.json") + " --seed 6");
   EXPECT_NE(a.out.substr(a.out.find('\n')), c.out.substr(c.out.find('\n')));
-  Run m = kiln("eval " + example("lora.mugraph.json") + " --seed 5");
+  KilnRun m = kiln("eval " + example("lora.mugraph.json") + " --seed 5");
   ASSERT_EQ(m.status, 0) << m.err;
   EXPECT_NE(m.out.find("[16, 4096]"), std::string::npos);
 }

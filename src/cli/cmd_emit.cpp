@@ -1,0 +1,86 @@
+// `kiln emit GRAPH -o FILE.cu [--target sm_90a|sm_80] [--spec SPEC] [--harness FILE.cu]
+//  [--schedule]`: writes the standalone CUDA file of a spec or μGraph. With --spec, the graph is
+// first verified against the spec (finite-field verifier) and its verdict goes into the file's
+// header comment; a graph that is not equivalent is refused (exit 1) and nothing is written.
+// --harness also writes the GPU harness (main(): seeded inputs, float64 reference from the spec,
+// check, CUDA-graph timing) that scripts/gpu_check.sh compiles and runs.
+#include <cstdio>
+#include <fstream>
+
+#include "commands.h"
+#include "kiln/codegen/emit.h"
+#include "kiln/codegen/schedule.h"
+#include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
+#include "kiln/verifier/verify.h"
+
+namespace kiln::cli {
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) throw UserError(ErrorCode::Io, "cannot write " + path);
+}
+
+}  // namespace
+
+void add_emit(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "emit", "Write the standalone CUDA .cu of a spec or μGraph (and optionally its GPU harness)");
+  static std::string graph_file, out, spec_file, harness, target = "sm_90a";
+  static bool schedule = false;
+  cmd->add_option("GRAPH", graph_file, "spec or μGraph JSON file")->required();
+  cmd->add_option("-o,--output", out,
+                  "the .cu to write (extern \"C\" kiln_<name> launch function)");
+  cmd->add_option("--target", target, "GPU the schedule is planned for")
+      ->check(CLI::IsMember({"sm_90a", "sm_80"}))
+      ->capture_default_str();
+  cmd->add_option("--spec", spec_file,
+                  "spec to verify GRAPH against before emitting; the harness's reference");
+  cmd->add_option("--harness", harness,
+                  "also write a GPU harness .cu (check against the spec's float64 reference, "
+                  "then timing); build it with the nvcc line in its header");
+  cmd->add_flag("--schedule", schedule, "print the layout/schedule plan");
+  cmd->callback([] {
+    if (out.empty() && harness.empty() && !schedule)
+      throw UserError(ErrorCode::Schema, "nothing to do",
+                      "give -o FILE.cu, --harness or --schedule");
+    KernelGraph g = load_graph_file(graph_file);
+    KernelGraph spec = spec_file.empty() ? g : load_graph_file(spec_file);
+    EmitOptions eo;
+    eo.arch = *arch_from_name(target);
+    eo.source = graph_file;
+    if (!spec_file.empty()) {
+      verifier::Verdict v = verifier::verify(spec, g);
+      if (!v.equivalent()) {
+        std::fprintf(stderr, "kiln emit: %s is not equivalent to %s:\n%s", graph_file.c_str(),
+                     spec_file.c_str(), v.summary().c_str());
+        exit_status() = 1;
+        return;
+      }
+      eo.verdict = "equivalent to " + spec_file + " (" + v.summary() + ")";
+    } else {
+      eo.verdict = g.is_spec() ? "the spec itself" : "not verified (no --spec given)";
+    }
+    if (schedule)
+      std::fputs(schedule_to_text(g, plan_schedule(g, target_for(eo.arch))).c_str(), stdout);
+    if (!out.empty()) {
+      write_text(out, emit_cuda(g, eo));
+      std::fprintf(stderr, "wrote %s\n  build: %s\n", out.c_str(),
+                   nvcc_command(out, out.substr(0, out.rfind('.')) + ".o", eo.arch).c_str());
+    }
+    if (!harness.empty()) {
+      HarnessOptions ho;
+      ho.emit = eo;
+      write_text(harness, emit_harness(g, spec, ho));
+      std::fprintf(
+          stderr, "wrote %s\n  build: %s\n", harness.c_str(),
+          nvcc_command(harness, harness.substr(0, harness.rfind('.')), eo.arch, false).c_str());
+    }
+  });
+}
+
+}  // namespace kiln::cli
