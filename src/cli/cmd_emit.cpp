@@ -61,7 +61,13 @@ void add_emit(CLI::App& app) {
         exit_status() = 1;
         return;
       }
-      eo.verdict = "equivalent to " + spec_file + " (" + v.summary() + ")";
+      // One line: the header comment prefixes each line with "//".
+      std::string summary = v.summary();
+      for (char& c : summary)
+        if (c == '\n') c = ';';
+      while (!summary.empty() && (summary.back() == ';' || summary.back() == ' '))
+        summary.pop_back();
+      eo.verdict = "equivalent to " + spec_file + " (" + summary + ")";
     } else {
       eo.verdict = g.is_spec() ? "the spec itself" : "not verified (no --spec given)";
     }
