@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <unordered_set>
 
 #include "kiln/ir/diag.h"
 #include "prune_internal.h"
@@ -44,10 +45,10 @@ const char* decided_by_name(DecidedBy d) {
 std::string PrunerStats::str() const {
   return fmt::format(
       "queries {} | cache hits {} | fast: syntax yes {}, atoms no {}, polynomial no {} ({:.1f} "
-      "ms) | z3: {} calls, {} yes, {} no, {} unknown, {:.1f} ms (max {:.1f}) | known "
-      "subexpressions {}",
+      "ms) | z3: {} calls, {} yes, {} no, {} unknown, {:.1f} ms (max {:.1f}), {} skipped | "
+      "known subexpressions {}",
       queries, cache_hits, syntax_yes, atoms_no, poly_no, fast_ms, z3_calls, z3_yes, z3_no,
-      z3_unknown, z3_ms, z3_max_ms, closure_size);
+      z3_unknown, z3_ms, z3_max_ms, z3_skipped, closure_size);
 }
 
 AbsExpr canonical(AbsExpr e, const PrunerOptions& opt) {
@@ -70,6 +71,21 @@ struct CacheKeyHash {
            static_cast<size_t>(k.q);
   }
 };
+
+// The widest add or mul in e.
+size_t max_arity(AbsExpr e) {
+  size_t m = 0;
+  std::unordered_set<const AbsNode*> seen;
+  std::vector<AbsExpr> stack{e};
+  while (!stack.empty()) {
+    AbsExpr t = stack.back();
+    stack.pop_back();
+    if (!seen.insert(t.node()).second) continue;
+    if (t.kind() == AbsKind::Add || t.kind() == AbsKind::Mul) m = std::max(m, t.arity());
+    for (AbsExpr a : t.args()) stack.push_back(a);
+  }
+  return m;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -99,6 +115,17 @@ struct Pruner::Impl {
       stats.closure_size = known->size();
       for (AbsExpr e : roots) poly.add_root(e);
     }
+  }
+
+  // Z3 may be asked about these expressions: enabled, budget left, small enough.
+  bool z3_allowed(std::initializer_list<AbsExpr> es) {
+    if (!opt.use_z3) return false;
+    bool small = true;
+    for (AbsExpr e : es)
+      small &= e.dag_size() <= opt.z3_max_nodes && max_arity(e) <= opt.z3_max_arity;
+    if (stats.z3_ms < opt.z3_budget_ms && small) return true;
+    ++stats.z3_skipped;
+    return false;
   }
 
   detail::Z3Prover& prover() {
@@ -156,7 +183,7 @@ struct Pruner::Impl {
       }
     }
     Answer a{Verdict::Unknown, DecidedBy::Disabled};
-    if (opt.use_z3) {
+    if (z3_allowed({c})) {
       double ms = 0;
       Verdict v = prover().subexpr_of_roots(c, &ms);
       a = from_z3(v, ms);
@@ -203,7 +230,7 @@ struct Pruner::Impl {
       stats.fast_ms += ms_since(t0);
       if (r.by != DecidedBy::Disabled) return r;
     }
-    if (!opt.use_z3) return {Verdict::Unknown, DecidedBy::Disabled};
+    if (!z3_allowed({ca, cb})) return {Verdict::Unknown, DecidedBy::Disabled};
     double ms = 0;
     Verdict v = prover().subexpr(ca, cb, &ms);
     return from_z3(v, ms);
@@ -228,7 +255,7 @@ struct Pruner::Impl {
       stats.fast_ms += ms_since(t0);
       if (r.by != DecidedBy::Disabled) return r;
     }
-    if (!opt.use_z3) return {Verdict::Unknown, DecidedBy::Disabled};
+    if (!z3_allowed({ca, cb})) return {Verdict::Unknown, DecidedBy::Disabled};
     double ms = 0;
     Verdict v = prover().equivalent(ca, cb, &ms);
     return from_z3(v, ms);

@@ -63,9 +63,9 @@ class KnownSubexprs {
   std::unordered_map<const AbsNode*, std::vector<int64_t>> sum_counts_, max_counts_;
 };
 
-// Model 1: the set of inputs, constants (but 1), non-polynomial functions, exp and add an
-// expression uses. Every axiom keeps it (both sides of each equation use the same set), and the
-// arguments of an operation use a subset of what it uses, so a ⊑ b implies set(a) ⊆ set(b).
+// Model 1: the set of inputs, constants (but 1), opaque functions (but the max-reduction), exp
+// and add an expression uses. Every axiom keeps it (both sides of each equation use the same set),
+// and the arguments of an operation use a subset of what it uses, so a ⊑ b implies set(a) ⊆ set(b).
 class AtomModel {
  public:
   explicit AtomModel(const PrunerOptions& opt) : opt_(opt) {}
@@ -80,11 +80,14 @@ class AtomModel {
   std::unordered_map<const AbsNode*, std::vector<uint32_t>> memo_;
 };
 
-// Model 2: expressions as sets of monomials (polynomials over the Boolean semiring) with sums
-// forgotten, exp(x) and each opaque f(x) an atom carrying x's polynomial, and div(x, y) =
-// x · Π_a inv_a^deg_a(y). A model of every axiom; its subexpression relation (docs/pruning.md)
-// refutes e ⊑ root when e's polynomial is neither "inside" root's polynomial nor inside the
-// argument of a function root applies, nor made of atoms root divides by.
+// Model 2: expressions as polynomials with natural coefficients over atoms, where sum(n, x) is
+// σ_n·x with σ_n = Π σ_p^v_p(n) over the prime factors of n (formal counts: σ_i·σ_j = σ_ij and
+// σ_1 = 1, so a sum of a sum folds, while x + x = 2x stays apart from sum(2, x)), exp(x) and
+// each opaque f(x) is an atom carrying x's polynomial, and div(x, y) = x · Π_a inv_a^deg_a(y).
+// A model of every axiom; its
+// subexpression relation (docs/pruning.md) refutes e ⊑ root when e's polynomial is neither
+// "inside" root's (e·q ≤ root coefficientwise for a monomial q), nor inside the argument of a
+// function root applies, nor made of atoms root divides by (no more often than it does).
 class PolyModel {
  public:
   explicit PolyModel(const PrunerOptions& opt) : opt_(opt) {}
@@ -96,37 +99,42 @@ class PolyModel {
   bool distinguishes(AbsExpr a, AbsExpr b);
 
  private:
-  using Mono = std::vector<std::pair<int, int>>;  // (atom, exponent > 0), sorted by atom
-  using Poly = std::vector<Mono>;                 // sorted, distinct; {[]} is 1
+  using Mono = std::vector<std::pair<int, int>>;        // (atom, exponent > 0), sorted by atom
+  using Poly = std::vector<std::pair<Mono, uint64_t>>;  // sorted by monomial, coefficients > 0
   struct Atom {
-    enum Kind : uint8_t { Input, Const, Exp, Fn, Inv } kind;
-    std::string name;        // Input, Const, Fn
+    enum Kind : uint8_t { Input, Const, Count, Exp, Fn, Inv } kind;
+    std::string name;        // Input, Const, Fn; Count: the prime
     std::vector<int> polys;  // Exp, Fn: argument polynomials
     int base = -1;           // Inv: the inverted atom
-    auto key() const { return std::tie(kind, name, polys, base); }
+    int64_t count = 0;       // Fn "max": the elements reduced (max(i, max(j, x)) folds to i·j)
   };
   struct Target {
     int poly = -1;
-    std::vector<int> inner;      // argument polynomials of every function reachable
-    std::vector<int> den_atoms;  // atoms reachable through an inverse, sorted
+    std::vector<int> inner;  // argument polynomials of every function reachable
+    // For each atom b, the highest exponent of inv_b in a reachable polynomial (INT_MAX when
+    // inv of inv_b is reachable too): how often root may divide by b.
+    std::unordered_map<int, int> den_bound;
+    std::vector<std::pair<int, int64_t>> maxes;  // (argument, count) of every max reachable
   };
 
-  int of(AbsExpr e);  // polynomial id, -1 if too big
+  int of(AbsExpr e);  // polynomial id, -1 if too big (or a coefficient overflows)
   int intern(Poly p);
   int atom(Atom a);
   int atom_poly(int atom);  // the polynomial of one atom
   int padd(int a, int b);
   int pmul(int a, int b);
-  int inverse_monomial(int p);   // Π_a inv_a^deg_a(p), as a polynomial
-  bool leq(int u, int w) const;  // ∃ monomial q: u·q ⊆ w
+  int count_monomial(int64_t n);  // σ_n
+  int inverse_monomial(int p);    // Π_a inv_a^deg_a(p), as a polynomial
+  bool leq(int u, int w) const;   // ∃ monomial q: u·q ≤ w coefficientwise
 
   PrunerOptions opt_;
   std::vector<Poly> polys_;
   std::map<Poly, int> poly_ids_;
   std::vector<Atom> atoms_;
-  std::map<std::tuple<Atom::Kind, std::string, std::vector<int>, int>, int> atom_ids_;
+  std::map<std::tuple<Atom::Kind, std::string, std::vector<int>, int, int64_t>, int> atom_ids_;
   std::unordered_map<const AbsNode*, int> memo_;
   std::unordered_map<const AbsNode*, Target> targets_;
+  std::unordered_map<int64_t, int> counts_;  // n -> σ_n
 };
 
 // The axioms in Z3 (docs/pruning.md "Encoding"), on one incremental solver.

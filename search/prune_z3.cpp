@@ -54,6 +54,7 @@ struct Z3Prover::State {
         kappa(c.constant("κ", T)) {
     z3::params p(c);
     p.set("timeout", opt.timeout_ms);
+    if (opt.z3_rlimit > 0) p.set("rlimit", opt.z3_rlimit);
     s.set(p);
   }
 

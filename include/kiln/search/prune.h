@@ -43,7 +43,7 @@ enum class DecidedBy : uint8_t {
   Polynomial,  // the polynomial model refutes it
   Z3,          // Z3 proved it (Yes) or found a counter-model (No)
   Z3Unknown,   // Z3 timed out or gave up
-  Disabled,    // neither the fast path nor Z3 could decide (Z3 off)
+  Disabled,    // neither the fast path nor Z3 could decide (Z3 off, or its budget spent)
 };
 const char* decided_by_name(DecidedBy d);
 
@@ -56,6 +56,19 @@ struct PrunerOptions {
   bool fast_path = true;      // the syntactic and model checks before Z3
   bool use_z3 = true;         // ask Z3 what the fast path leaves open (else Unknown)
   unsigned timeout_ms = 200;  // per Z3 query; a timeout answers Unknown (keep)
+  // Total Z3 time per Pruner; once spent, what the fast path leaves open is Unknown (keep)
+  // without asking Z3. Queries Z3 cannot settle run to the timeout, and a search may ask many.
+  double z3_budget_ms = 30000;
+  // Expressions bigger than this (DAG nodes of the canonical form), or with an add or mul of
+  // more than z3_max_arity operands, are not sent to Z3: with many terms, associativity and
+  // commutativity make e-matching explode, and Z3 overshoots its timeout by seconds. They stay
+  // Unknown (keep).
+  size_t z3_max_nodes = 32;
+  size_t z3_max_arity = 4;
+  // Z3's deterministic resource limit per query (0: none). Unlike the timeout it does not
+  // depend on machine load, and Z3 honours it promptly; 300k is about 50-150 ms of e-matching.
+  // The timeout stays as a wall-clock backstop.
+  unsigned z3_rlimit = 300000;
   // Every constant but 1 is one symbol κ (so 1/n and n, or 1e-6 and 1e-5, are not told apart),
   // with div(x, κ) = mul(x, κ). A coarser abstraction: never prunes more, robust to how a
   // generator spells a scale. Off: constants are distinct symbols by value.
@@ -76,6 +89,7 @@ struct PrunerStats {
   int64_t atoms_no = 0;    // fast path: refuted by the atom sets
   int64_t poly_no = 0;     // fast path: refuted by the polynomial model
   int64_t z3_calls = 0, z3_yes = 0, z3_no = 0, z3_unknown = 0;
+  int64_t z3_skipped = 0;           // left Unknown: Z3 budget spent or expression too big
   double z3_ms = 0, z3_max_ms = 0;  // wall time inside Z3's check()
   double fast_ms = 0;               // wall time in the fast path (misses included)
   size_t closure_size = 0;          // known subexpressions of the spec
