@@ -32,13 +32,22 @@ if [ "$RUNTIME" = 1 ]; then
   echo "runtime tests: exit $?"
   grep -E 'PASS|FAIL|passed|GB/s' "$RES/runtime.log" | tail -40
 fi
-export KILN_BASELINES="$ROOT/.devrun/torch_baselines.py"
-OUT=$RES bash "$ROOT/scripts/gpu_check.sh" "$CASES" "${ARGS[@]}" > "$RES/check.log" 2>&1
+BASE=0
+CHECK_ARGS=()
+for a in "${ARGS[@]}"; do
+  if [ "$a" = --baselines ]; then BASE=1; else CHECK_ARGS+=("$a"); fi
+done
+OUT=$RES bash "$ROOT/scripts/gpu_check.sh" "$CASES" "${CHECK_ARGS[@]}" > "$RES/check.log" 2>&1
 rc=$?
+# Save Kiln's results before the (long) baselines, so a time-out keeps them.
 tar -C /tmp -czf "$OUTDIR/results.tgz" kiln-results
 cp "$RES/results.tsv" "$OUTDIR/" 2>/dev/null
-[ -f "$RES/torch_baselines.json" ] && cp "$RES/torch_baselines.json" "$OUTDIR/"
-grep -E '^(-- |== )|FAIL|mismatch' "$RES/check.log" | head -80
+grep -E 'FAIL|mismatch' "$RES/check.log" | head -40
 echo "== results (gpu_check exit $rc)"
 column -t -s $'\t' "$RES/results.tsv" 2>/dev/null || cat "$RES/results.tsv"
+if [ "$BASE" = 1 ]; then
+  echo "== torch baselines (same machine, same session)"
+  python3 "$ROOT/.devrun/torch_baselines.py" --json "$OUTDIR/torch_baselines.json" 2>&1 |
+    tee "$OUTDIR/torch_baselines.txt" | grep -v '^#.*compile failed' | cut -c1-150
+fi
 exit $rc
