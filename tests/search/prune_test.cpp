@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "../../search/prune_internal.h"
 
@@ -290,6 +291,30 @@ TEST(Pruner, BigExpressionsAreNotSentToZ3) {
   EXPECT_EQ(p.check(x * y + x * z), Verdict::Unknown);
   EXPECT_EQ(p.stats().z3_calls, 0);
   EXPECT_EQ(p.stats().z3_skipped, 1);
+}
+
+TEST(Pruner, ConcurrentQueriesAgreeWithSequentialOnes) {
+  // The search queries one Pruner from several threads, building expressions as it goes.
+  auto candidates = [] {
+    std::vector<E> v;
+    for (int64_t n : {1, 2, 4, 8, 16, 64, 3})
+      for (E a : {A, B, C, A * B, A * A})
+        for (E b : {A, B, A * B}) v.push_back(sum(n, a * b) + (n % 2 ? a : b));
+    return v;
+  };
+  Pruner seq({matmul(A, B) + A}, fast_only()), par({matmul(A, B) + A}, fast_only());
+  std::vector<E> cs = candidates();
+  std::vector<Verdict> want;
+  for (E e : cs) want.push_back(seq.check(e));
+  std::vector<std::vector<Verdict>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (E e : candidates()) got[t].push_back(par.check(e));
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+  EXPECT_EQ(par.stats().queries, 4 * static_cast<int64_t>(cs.size()));
 }
 
 TEST(Pruner, TextbookAxiomsGiveTheSameAnswers) {
