@@ -3,14 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace kiln::search {
 
 const CostConstants& cost_constants(Arch a) {
   // L2: about 2.5x DRAM bandwidth. Shared memory: 128 bytes per clock per SM at the boost clock
   // (H100 SXM 1.755 GHz x 132 SMs; A100 SXM 1.41 GHz x 108 SMs).
-  static const CostConstants sm80{4.5e12, 128.0 * 1.41e9 * 108};
-  static const CostConstants sm90a{7.5e12, 128.0 * 1.755e9 * 132};
+  static CostConstants sm80{4.5e12, 128.0 * 1.41e9 * 108};
+  static CostConstants sm90a{7.5e12, 128.0 * 1.755e9 * 132};
   return a == Arch::Sm80 ? sm80 : sm90a;
 }
 
@@ -71,21 +72,21 @@ void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double
   c.t_smem = c.smem_bytes / (k.smem_bytes_per_s * comp_u);
   c.t_tc = c.tc_flops / (t.tc_flops_per_s * comp_u);
   c.t_cuda = c.cuda_flops / (t.fp32_flops_per_s * comp_u);
-  c.t_iter = double(c.waves) * double(c.iterations) * k.iteration_s;
   c.t_launch = t.launch_s;
   c.t_fixed = k.fixed_s;
-  std::pair<double, const char*> terms[] = {{c.t_dram, "dram"}, {c.t_l2, "l2"},
-                                            {c.t_smem, "smem"}, {c.t_tc, "tensor"},
-                                            {c.t_cuda, "cuda"}, {c.t_iter, "loop"}};
+  std::pair<double, const char*> terms[] = {
+      {c.t_dram, "dram"}, {c.t_lat, "latency"}, {c.t_l2, "l2"},    {c.t_smem, "smem"},
+      {c.t_tc, "tensor"}, {c.t_cuda, "cuda"},   {c.t_iter, "loop"}};
   auto best = *std::max_element(std::begin(terms), std::end(terms),
                                 [](auto& a, auto& b) { return a.first < b.first; });
   c.bound = best.second;
-  // Pipeline fill: the first iteration's loads of each wave are not overlapped with anything.
-  c.t_fill = c.t_dram / double(std::max<int64_t>(1, c.iterations * c.waves));
+  // Pipeline drain: loads overlap the compute of earlier iterations, but the last iteration's
+  // compute of each wave (all of it without a loop) overlaps no load.
+  c.t_fill = std::max({c.t_smem, c.t_tc, c.t_cuda}) / double(std::max<int64_t>(1, c.iterations));
   c.time = c.t_launch + c.t_fixed + best.first + c.t_fill;
 }
 
-KernelCost graph_defined_cost(const KernelGraph&, const KernelOp& op, const Target& t) {
+KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
   const CostConstants& k = cost_constants(t.arch);
   const BlockGraph& bg = *op.block;
   KernelCost c;
@@ -114,6 +115,7 @@ KernelCost graph_defined_cost(const KernelGraph&, const KernelOp& op, const Targ
       uses[i]++;
       if (op_info(o.kind).cls != OpClass::Accum) only_accum[i] = false;
     }
+  double loop_in = 0, invariant_in = 0;  // input tile bytes of one block (per iteration: loop)
   for (size_t i = 0; i < n; ++i) {
     const BlockOp& o = bg.ops[i];
     const OpInfo& info = op_info(o.kind);
@@ -129,6 +131,7 @@ KernelCost graph_defined_cost(const KernelGraph&, const KernelOp& op, const Targ
         c.dram_read += unique / eff;
         c.l2_bytes += std::max(0.0, loaded - unique) / eff;
         c.smem_bytes += elems * bytes * (1 + uses[i]) * mult;
+        (o.stage == Stage::Loop ? loop_in : invariant_in) += elems * bytes;
         break;
       }
       case OpClass::Output: {
@@ -166,11 +169,34 @@ KernelCost graph_defined_cost(const KernelGraph&, const KernelOp& op, const Targ
   double busy = std::min(B, sm);
   double dram_u = std::min(1.0, busy / (k.dram_saturation * sm));
   double comp_u = B / (std::ceil(B / sm) * sm);
+  // Memory latency (Little's law): a block keeps (stages - 1) pipeline stages of its loop inputs
+  // in flight (one stage is being consumed; a ring of one stage overlaps nothing), so its loop
+  // needs ceil(stages of the loop / max(1, stages - 1)) dependent DRAM round trips; invariant
+  // inputs ride the first one. Each wave of resident blocks pays its own round trips.
+  c.pipeline_stages = plan ? std::max(1, plan->pipeline_stages) : 1;
+  c.coarsen = plan ? std::max(1, plan->coarsen) : 1;
+  if (loop_in > 0 && c.iterations > 1) {
+    int64_t ring = c.iterations / c.coarsen;
+    int64_t ahead = std::max(1, c.pipeline_stages - 1);
+    c.round_trips = (ring + ahead - 1) / ahead;
+    c.inflight_bytes = std::max(loop_in * c.coarsen * ahead, invariant_in);
+  } else if (loop_in + invariant_in > 0) {
+    c.round_trips = 1;
+    c.inflight_bytes = loop_in * I + invariant_in;
+  }
+  // The first round trip of a wave is part of t_fixed (first loads); later ones are not.
+  c.t_lat = double(c.waves) * double(std::max<int64_t>(0, c.round_trips - 1)) * k.dram_latency_s;
+  // Loop overhead: every iteration of a block costs a barrier, a pipeline wait and the issue of
+  // its loads and fragment loads, a fixed part plus a part per warp. It is SM issue time, not
+  // latency: the busiest SM runs ceil(B / SMs) blocks' iterations one after another.
+  c.t_iter = std::ceil(B / sm) * I *
+             (k.iteration_s + k.iteration_warp_s * double(bg.block_threads) / 32.0);
   finish_times(c, t, k, dram_u, comp_u);
   return c;
 }
 
-KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {
+KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
+                           const KernelPlan* plan) {
   const CostConstants& k = cost_constants(t.arch);
   KernelCost c;
   c.name = op.name;
@@ -193,23 +219,60 @@ KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Targe
                                             : op_weight(op.kind);
     c.cuda_flops = std::max(in_elems, double(numel(out.shape))) * std::max(1.0, w);
   }
-  double e = k.predefined_efficiency;
-  finish_times(c, t, k, e, e);
+  c.round_trips = 1;  // a generic kernel loads, then computes: one DRAM round trip (in t_fixed)
+  // A generic kernel is eff_pre efficient, and no faster than the SMs its grid covers (the
+  // planner's launch grid; row-per-block reductions of few rows cover few SMs).
+  double e = k.predefined_efficiency, dram_u = e, comp_u = e;
+  if (plan && plan->grid > 0) {
+    double B = double(plan->grid), sm = t.sm_count;
+    c.blocks = plan->grid;
+    dram_u *= std::min(1.0, std::min(B, sm) / (k.dram_saturation * sm));
+    comp_u *= B / (std::ceil(B / sm) * sm);
+  }
+  finish_times(c, t, k, dram_u, comp_u);
   return c;
+}
+
+// The emitter's plan of every kernel, or nothing if the planner refuses the graph (the model
+// then assumes a ring of one stage).
+std::optional<kiln::Schedule> plan(const KernelGraph& g, const Target& t) {
+  try {
+    return plan_schedule(g, t);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+const KernelPlan* kernel_plan(const std::optional<kiln::Schedule>& s, size_t op) {
+  if (!s || op >= s->kernels.size()) return nullptr;
+  return &s->kernels[op];
+}
+
+const BlockSchedule* block_plan(const std::optional<kiln::Schedule>& s, size_t op) {
+  const KernelPlan* p = kernel_plan(s, op);
+  return p ? p->block.get() : nullptr;
 }
 
 }  // namespace
 
-KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {
-  if (op.kind == OpKind::GraphDefined) return graph_defined_cost(g, op, t);
-  return predefined_cost(g, op, t);
+KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
+                       const BlockSchedule* block) {
+  if (block && op.kind == OpKind::GraphDefined) return graph_defined_cost(op, t, block);
+  std::optional<kiln::Schedule> s = plan(g, t);
+  size_t i = size_t(&op - g.ops.data());
+  if (op.kind != OpKind::GraphDefined) return predefined_cost(g, op, t, kernel_plan(s, i));
+  return graph_defined_cost(op, t, block_plan(s, i));
 }
 
 GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
   GraphCost c;
-  for (const KernelOp& op : g.ops) {
+  std::optional<kiln::Schedule> s = plan(g, t);
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const KernelOp& op = g.ops[i];
     if (op.kind == OpKind::Constant) continue;
-    c.kernels.push_back(kernel_cost(g, op, t));
+    c.kernels.push_back(op.kind == OpKind::GraphDefined
+                            ? graph_defined_cost(op, t, block_plan(s, i))
+                            : predefined_cost(g, op, t, kernel_plan(s, i)));
     c.time += c.kernels.back().time;
     c.launches++;
   }
@@ -224,6 +287,10 @@ nlohmann::json cost_to_json(const GraphCost& c) {
                   {"blocks", k.blocks},
                   {"iterations", k.iterations},
                   {"blocks_per_sm", k.blocks_per_sm},
+                  {"pipeline_stages", k.pipeline_stages},
+                  {"coarsen", k.coarsen},
+                  {"inflight_bytes", k.inflight_bytes},
+                  {"round_trips", k.round_trips},
                   {"waves", k.waves},
                   {"smem_per_block", k.smem_per_block},
                   {"regs_per_thread", k.regs_per_thread},
@@ -234,6 +301,7 @@ nlohmann::json cost_to_json(const GraphCost& c) {
                   {"tc_flops", k.tc_flops},
                   {"cuda_flops", k.cuda_flops},
                   {"t_dram_us", k.t_dram * 1e6},
+                  {"t_latency_us", k.t_lat * 1e6},
                   {"t_l2_us", k.t_l2 * 1e6},
                   {"t_smem_us", k.t_smem * 1e6},
                   {"t_tensor_us", k.t_tc * 1e6},

@@ -4,9 +4,11 @@
 // Per kernel it counts bytes at each memory level (DRAM reads and writes with the coalescing of
 // each tile, L2 re-reads of tiles that several blocks load, shared-memory traffic), tensor-core
 // and CUDA-core work, and the launch; it derives blocks per SM from the target's resource rule,
-// waves, SM coverage and per-iteration latency, and takes the kernel's time as the launch plus a
-// fixed latency plus the largest of the throughput terms. Every formula and constant is in
-// docs/cost-model.md; the breakdown is returned so reports can say what bounds each kernel.
+// waves and SM coverage, the DRAM round trips the emitter's cp.async ring needs (Little's law,
+// with the planner's own stage count) and the per-iteration loop overhead, and takes the kernel's
+// time as the launch plus a fixed latency plus the largest term plus the pipeline drain. Every
+// formula and constant is in docs/cost-model.md; the breakdown is returned so reports can say
+// what bounds each kernel.
 #pragma once
 
 #include <string>
@@ -14,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/codegen/schedule.h"
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/ir/target.h"
 
@@ -25,7 +28,9 @@ struct CostConstants {
   double smem_bytes_per_s;             // aggregate shared-memory bandwidth
   double dram_saturation = 0.6;        // fraction of SMs that must be busy to saturate DRAM
   double fixed_s = 0.8e-6;             // per-kernel latency: first loads, epilogue, drain
-  double iteration_s = 0.05e-6;        // per loop iteration of one block: barrier and issue
+  double dram_latency_s = 1.0e-6;      // loaded DRAM round trip (Little's law)
+  double iteration_s = 0.07e-6;        // per loop iteration of one block: barrier, wait, issue
+  double iteration_warp_s = 0.03e-6;   // per loop iteration, per warp of the block
   double predefined_efficiency = 0.6;  // generic (unfused, untuned) kernels of predefined ops
   int dram_granule = 64;               // bytes fetched per DRAM access
 };
@@ -36,14 +41,17 @@ struct KernelCost {
   bool graph_defined = false;
   int64_t blocks = 1, iterations = 1, waves = 1;
   int blocks_per_sm = 1;
+  int pipeline_stages = 1, coarsen = 1;  // the emitter's cp.async ring (codegen/schedule.h)
+  double inflight_bytes = 0;             // DRAM bytes one block keeps in flight
+  int64_t round_trips = 0;               // dependent DRAM round trips of one block
   int64_t smem_per_block = 0;
   int regs_per_thread = 0;
   double dram_read = 0, dram_write = 0, l2_bytes = 0, smem_bytes = 0;  // bytes
   double tc_flops = 0, cuda_flops = 0;
   // Seconds.
-  double t_dram = 0, t_l2 = 0, t_smem = 0, t_tc = 0, t_cuda = 0, t_iter = 0;
+  double t_dram = 0, t_lat = 0, t_l2 = 0, t_smem = 0, t_tc = 0, t_cuda = 0, t_iter = 0;
   double t_fill = 0, t_launch = 0, t_fixed = 0, time = 0;
-  std::string bound;  // the largest throughput term: dram, l2, smem, tensor, cuda, loop
+  std::string bound;  // the largest term: dram, latency, l2, smem, tensor, cuda, loop
 };
 
 struct GraphCost {
@@ -52,7 +60,10 @@ struct GraphCost {
   int launches = 0;
 };
 
-KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t);
+// One kernel; `block` is the emitter's plan of a graph-defined op (plan_schedule), or null to
+// plan it here.
+KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
+                       const BlockSchedule* block = nullptr);
 GraphCost estimate_cost(const KernelGraph& g, const Target& t);
 nlohmann::json cost_to_json(const GraphCost& c);
 
