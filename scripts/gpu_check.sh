@@ -96,14 +96,11 @@ for n in "${cases[@]}"; do
   # SASS summary: tensor-core, async-copy and vector-load instruction counts per kernel.
   sass="-"
   if [ -x "$CUOBJDUMP" ]; then
-    "$CUOBJDUMP" -sass "$DIR/bin/$n" 2>/dev/null | awk '
-      /Function :/ { fn = $3 }
-      /\/\*[0-9a-f]+\*\// {
-        line = $0; sub(/^[^*]*\*\/[ \t]*/, "", line); sub(/^@!?U?P[0-9T]+[ \t]+/, "", line)
-        split(line, a, /[ \t]+/); op = a[1]
-        if (op ~ /^(HGMMA|HMMA|LDGSTS|LDG|LDSM|BAR|STG|UBLKCP|LDL|STL)/) c[fn " " op]++ }
-      END { for (k in c) print k, c[k] }' | sort > "$RES/sass_$n.txt"
-    sass=$(awk '{ split($2, p, "."); t[p[1]] += $3 } END { printf "hmma=%d ldgsts=%d ldg=%d ldsm=%d ldl/stl=%d", t["HMMA"] + t["HGMMA"], t["LDGSTS"], t["LDG"], t["LDSM"], t["LDL"] + t["STL"] }' "$RES/sass_$n.txt")
+    # Opcode counts over the whole binary (SASS lines look like "/*0120*/  HMMA.16816.F32 R4, ...").
+    "$CUOBJDUMP" -sass "$DIR/bin/$n" 2>/dev/null |
+      grep -oE '(HGMMA|HMMA|LDGSTS|LDSM|LDG|STG|LDL|STL|BAR)[A-Z0-9._]*' | sort | uniq -c > "$RES/sass_$n.txt"
+    count() { grep -E " $1" "$RES/sass_$n.txt" | awk '{ s += $1 } END { print s + 0 }'; }
+    sass="hmma=$(($(count HMMA) + $(count HGMMA))) ldgsts=$(count LDGSTS) ldg128=$(count 'LDG[A-Z.]*\.128') ldsm=$(count LDSM) ldl/stl=$(($(count LDL) + $(count STL)))"
   fi
   echo "-- $n"
   timeout 600 "$DIR/bin/$n" --repeats "$REPEATS" > "$RES/run_$n.log" 2>&1
