@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "json_util.h"
 #include "kiln/ir/diag.h"
 
 namespace kiln {
@@ -18,14 +19,6 @@ bool is_valid_name(std::string_view n) {
 }
 
 namespace {
-
-// A name as it may appear in a message: at most 64 characters, so that a hostile file cannot
-// make a message as large as itself. (Names that reach later messages have been validated.)
-std::string brief(std::string_view name) {
-  std::string out;
-  for (char c : name.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return name.size() > 64 ? out + "..." : out;
-}
 
 std::string operand(const std::vector<std::string>* names, size_t i, const char* fallback) {
   return names && i < names->size() ? (*names)[i] : std::string(fallback);
@@ -180,7 +173,7 @@ bool KernelGraph::is_spec() const {
 
 KernelGraphBuilder::KernelGraphBuilder(std::string name, std::string doc, Arch arch) {
   if (!is_valid_name(name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid graph name \"{}\"", brief(name)),
+    throw UserError(ErrorCode::Name, fmt::format("invalid graph name \"{}\"", printable(name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
   g_.name = std::move(name);
   g_.doc = std::move(doc);
@@ -202,7 +195,7 @@ static void check_shape(const Shape& s) {
 
 int KernelGraphBuilder::add_tensor(TensorDesc t) {
   if (!is_valid_name(t.name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid name \"{}\"", brief(t.name)),
+    throw UserError(ErrorCode::Name, fmt::format("invalid name \"{}\"", printable(t.name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
   if (tensor_ids_.count(t.name)) user_error(ErrorCode::Name, "duplicate name \"{}\"", t.name);
   check_shape(t.shape);
@@ -248,7 +241,8 @@ std::vector<int> KernelGraphBuilder::graph_defined(std::shared_ptr<const BlockGr
                                                    std::string kernel_name) {
   KILN_ASSERT(block != nullptr, "graph_defined without a block graph");
   if (!is_valid_name(kernel_name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid kernel name \"{}\"", brief(kernel_name)),
+    throw UserError(ErrorCode::Name,
+                    fmt::format("invalid kernel name \"{}\"", printable(kernel_name)),
                     "names match [A-Za-z_][A-Za-z0-9_]*");
   if (kernel_names_.count(kernel_name))
     user_error(ErrorCode::Name, "duplicate kernel name \"{}\"", kernel_name);

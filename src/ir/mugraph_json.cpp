@@ -62,28 +62,11 @@ auto at_path(const std::string& path, F&& f, const std::string& name_path = {}) 
   }
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// "did you mean "x"?" for the closest candidate within edit distance 2, else "".
+// "did you mean "x"?" for the closest candidate (json_util's closest_name), else "".
 template <typename Range>
 std::string did_you_mean(std::string_view got, const Range& candidates) {
-  if (got.size() > 64) return {};
-  std::string best;
-  size_t best_d = 3;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(got, c);
-    if (d < best_d) best_d = d, best = std::string(c);
-  }
+  std::vector<std::string_view> names(std::begin(candidates), std::end(candidates));
+  std::string best = closest_name(got, names);
   return best.empty() ? std::string() : fmt::format("did you mean \"{}\"?", best);
 }
 
