@@ -556,24 +556,21 @@ class BlockEmitter {
     }
     bool atomic = d.kind == DistKind::Mma && d.ks > 1;
     run_elements(
-        a, d, -1, true,
-        [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+        a, d, -1, true, [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
           std::string dst = fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
           if (atomic)
             cx.body->f("atomicAdd(&{}, acc_{}{});", dst, nm(a), slot);
           else
             cx.body->f("{} = acc_{}{};", dst, nm(a), slot);
-        },
-        /*spill=*/true);
+        });
   }
 
   // Loops over the elements of `top` (its shape) in distribution d, computing `root` first when
   // present, and calls sink with the element's index and register slot.
-  void run_elements(int top, const Distribution& d, int root, bool uses_regs, const Sink& sink,
-                    bool spill = false) {
+  void run_elements(int top, const Distribution& d, int root, bool uses_regs, const Sink& sink) {
     const Shape& shape = op(top).shape;
     if (d.kind == DistKind::Mma) {
-      run_mma_elements(top, d, root, sink, spill);
+      run_mma_elements(top, d, root, sink);
       return;
     }
     const int64_t N = numel(shape);
@@ -623,7 +620,6 @@ class BlockEmitter {
     if (!guard.empty()) c_->close();
     c_->close();
     c_->close();
-    (void)spill;
   }
 
   bool reads_registers(int top) const {
@@ -896,51 +892,15 @@ class BlockEmitter {
     c_->line("(void)wk; (void)wn; (void)wm; (void)wb;");
   }
 
-  void run_mma_elements(int top, const Distribution& d, int root, const Sink& sink, bool spill) {
-    std::string frag;
-    c_->open("{");
-    if (root >= 0) {
-      frag = "fr";
-      mma_block(root, d, frag, /*fresh=*/true);
-    }
-    emit_warp_coords(d);
-    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
-    c_->line("#pragma unroll");
-    c_->open("for (int q = 0; q < 4; ++q) {");
-    c_->f("const int b = wb * {} + bi;", d.bw);
-    c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + ((q >> 1) << 3);", d.mtw);
-    c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1) + (q & 1);", d.ntw);
-    c_->open(fmt::format("if (b < {} && row < {} && col < {}) {{", d.batch, d.m, d.n));
-    c_->f("const int o = (b * {} + row) * {} + col;", d.m, d.n);
-    std::vector<std::string> idx = unravel(*c_, "o", op(top).shape, "i");
-    Ctx cx;
-    cx.body = c_;
-    if (root >= 0) {
-      cx.root = root;
-      cx.root_val = "fr[bi][i][jn].x[q]";
-    }
-    cx.reg = [&](int i) { return fmt::format("acc_{}[bi][i][jn].x[q]", nm(i)); };
-    sink(cx, idx, "[bi][i][jn].x[q]");
-    c_->close();
-    c_->close();
-    c_->close();
-    c_->close();
-    c_->close();
-    c_->close();
-    c_->close();
-    (void)spill;
-  }
-
-  // The Mma distribution two adjacent columns at a time (fragment elements 2h and 2h + 1), for
-  // paired 4- or 8-byte stores. sink gets one context per column and the first column's index.
-  using PairSink = std::function<void(Ctx&, Ctx&, const std::vector<std::string>&)>;
-  void run_mma_pairs(int top, const Distribution& d, int root, const PairSink& sink) {
+  // Opens the loops over a warp's mma fragments, `inner` being the innermost loop variable over
+  // `inner_count` values, and the bounds check of the element at (b, row, col) that `col_expr`
+  // and `row_expr` compute; leaves `o` (flat index) and the unravelled `idx` for the caller.
+  // Closes nothing: the caller closes kFragmentScopes scopes.
+  static constexpr int kFragmentScopes = 7;
+  std::vector<std::string> open_fragment_loops(int top, const Distribution& d, int root,
+                                               const char* inner, int inner_count,
+                                               const std::string& row_expr,
+                                               const std::string& col_expr) {
     c_->open("{");
     if (root >= 0) mma_block(root, d, "fr", /*fresh=*/true);
     emit_warp_coords(d);
@@ -952,13 +912,34 @@ class BlockEmitter {
     c_->line("#pragma unroll");
     c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
     c_->line("#pragma unroll");
-    c_->open("for (int h = 0; h < 2; ++h) {");
+    c_->open(fmt::format("for (int {0} = 0; {0} < {1}; ++{0}) {{", inner, inner_count));
     c_->f("const int b = wb * {} + bi;", d.bw);
-    c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + (h << 3);", d.mtw);
-    c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1);", d.ntw);
+    c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + {};", d.mtw, row_expr);
+    c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1){};", d.ntw, col_expr);
     c_->open(fmt::format("if (b < {} && row < {} && col < {}) {{", d.batch, d.m, d.n));
     c_->f("const int o = (b * {} + row) * {} + col;", d.m, d.n);
-    std::vector<std::string> idx = unravel(*c_, "o", op(top).shape, "i");
+    return unravel(*c_, "o", op(top).shape, "i");
+  }
+
+  void run_mma_elements(int top, const Distribution& d, int root, const Sink& sink) {
+    std::vector<std::string> idx =
+        open_fragment_loops(top, d, root, "q", 4, "((q >> 1) << 3)", " + (q & 1)");
+    Ctx cx;
+    cx.body = c_;
+    if (root >= 0) {
+      cx.root = root;
+      cx.root_val = "fr[bi][i][jn].x[q]";
+    }
+    cx.reg = [&](int i) { return fmt::format("acc_{}[bi][i][jn].x[q]", nm(i)); };
+    sink(cx, idx, "[bi][i][jn].x[q]");
+    for (int k = 0; k < kFragmentScopes; ++k) c_->close();
+  }
+
+  // The Mma distribution two adjacent columns at a time (fragment elements 2h and 2h + 1), for
+  // paired 4- or 8-byte stores. sink gets one context per column and the first column's index.
+  using PairSink = std::function<void(Ctx&, Ctx&, const std::vector<std::string>&)>;
+  void run_mma_pairs(int top, const Distribution& d, int root, const PairSink& sink) {
+    std::vector<std::string> idx = open_fragment_loops(top, d, root, "h", 2, "(h << 3)", "");
     Ctx c0, c1;
     c0.body = c1.body = c_;
     if (root >= 0) {
@@ -969,7 +950,7 @@ class BlockEmitter {
     c0.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h]", nm(r)); };
     c1.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h + 1]", nm(r)); };
     sink(c0, c1, idx);
-    for (int k = 0; k < 7; ++k) c_->close();
+    for (int k = 0; k < kFragmentScopes; ++k) c_->close();
   }
 
   const KernelGraph& g_;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kiln/codegen/schedule.h"
+#include "kiln/ir/diag.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::cgen {
@@ -146,7 +147,8 @@ inline std::string ew_expr(OpKind k, const Attrs& a, const std::vector<std::stri
                          a.min ? flit(*a.min) : "-__int_as_float(0x7f800000)",
                          a.max ? flit(*a.max) : "__int_as_float(0x7f800000)", x[0]);
     default:
-      return "0.0f /* not elementwise */";
+      KILN_ASSERT(false, "ew_expr: {} is not elementwise", op_name(k));
+      return {};
   }
 }
 
@@ -205,7 +207,8 @@ inline std::string ew_expr_f64(OpKind k, const Attrs& a, const std::vector<std::
       return v;
     }
     default:
-      return "0.0 /* not elementwise */";
+      KILN_ASSERT(false, "ew_expr_f64: {} is not elementwise", op_name(k));
+      return {};
   }
 }
 

@@ -38,7 +38,9 @@ void check_block(const BlockGraph& bg, const BlockSchedule& s, const Target& t,
     if ((p.home == TileHome::Smem || p.home == TileHome::Global) && p.offset >= 0) {
       int64_t bytes = p.bytes * (o.kind == OpKind::Input ? p.stages : 1);
       bufs.push_back({p.offset, bytes, p.live_lo, p.live_hi, p.home == TileHome::Global, o.name});
-      if (p.home == TileHome::Smem) EXPECT_LE(p.offset + bytes, s.smem_bytes) << o.name;
+      if (p.home == TileHome::Smem) {
+        EXPECT_LE(p.offset + bytes, s.smem_bytes) << o.name;
+      }
       // Strides cover the tile: the last element lies inside the buffer.
       int64_t last = 0;
       for (size_t d = 0; d < o.shape.size(); ++d) last += (o.shape[d] - 1) * p.strides[d];
@@ -70,8 +72,9 @@ void check_block(const BlockGraph& bg, const BlockSchedule& s, const Target& t,
       TileHome h = s.tiles[st.op].home;
       EXPECT_TRUE(h == TileHome::Smem || h == TileHome::Global) << bg.ops[st.op].name;
     }
-    if (st.kind == StepKind::Accumulate)
+    if (st.kind == StepKind::Accumulate) {
       for (int a : st.accums) EXPECT_EQ(s.tiles[a].home, TileHome::Registers);
+    }
   }
 }
 
