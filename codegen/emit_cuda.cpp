@@ -315,9 +315,13 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
       L.line("float* gw = nullptr;");
       L.line("int* counters = nullptr;");
     }
-    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, 2, 4, 4>({}, {}, {}, {}, {}, {}, {}, {}, {}, "
-        "{}, {}, gw, counters, stream);",
-        TA, TO, mt, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
+    // UNROLL 2 (1 for 32 rows) and two resident blocks per SM: the configuration the runtime's
+    // GPU timings found fastest on every suite weight shape (docs/runtime.md); UNROLL 4 held
+    // too many registers for two blocks per SM.
+    int unroll = mt >= 4 ? 1 : 2;
+    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, 2, 4, {}, 2>({}, {}, {}, {}, {}, {}, {}, {}, "
+        "{}, {}, {}, gw, counters, stream);",
+        TA, TO, mt, unroll, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
         x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
     L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
