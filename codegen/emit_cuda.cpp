@@ -371,7 +371,50 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   L.close();
 }
 
+// A graph-defined op that is a GEMM with an elementwise epilogue (contraction.h): an epilogue
+// functor evaluated at each output element, and a launch of the runtime's warp-specialized
+// TMA + wgmma GEMM (128 x 128 x 64 tiles, 4 stages for one weight, 3 for two).
+void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const ContractionPlan& c = *kp.contraction;
+  const BlockGraph& bg = *op.block;
+  const std::string epi = "Epi_" + kp.kernel;
+  Code& K = x.kernels;
+  K.f("// {}: {} = epilogue(A[{}, {}] x B[{}, {}]) ({})", kp.kernel, bg.outputs[0].name, c.m, c.k,
+      c.k, c.n, kp.strategy);
+  K.open(fmt::format("struct {} {{", epi));
+  for (size_t e = 0; e < c.epi_inputs.size(); ++e)
+    K.f("const {}* e{}_ptr;", ctype(bg.inputs[c.epi_inputs[e]].dtype), e);
+  K.open("__device__ __forceinline__ float operator()(float v0, float v1, int m, int n) const {");
+  K.line("(void)v0; (void)v1; (void)m; (void)n;");
+  if (!c.epi_inputs.empty()) K.f("const int64_t at = int64_t(m) * {} + n;", c.n);
+  for (size_t e = 0; e < c.epi_inputs.size(); ++e)
+    K.f("const float e{0} = kiln::rt::to_f32(e{0}_ptr[at]);", e);
+  for (const std::string& st : c.epi_statements) K.line(st);
+  K.f("return {};", c.result);
+  K.close();
+  K.close("};");
+  K.line("");
+
+  const int nb = static_cast<int>(c.b.size());
+  const int stages = nb == 1 ? 4 : 3;
+  std::vector<std::string> epi_args;
+  for (int e : c.epi_inputs) epi_args.push_back(x.ptr(op.inputs[e]));
+  Code& L = x.launch;
+  L.open("{");
+  L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, {}, {}>, {}, {}>({}, {}, "
+      "{}, {}, {}, {}, {}, {}, {}, {}, {}{{{}}}, stream);",
+      ctype(c.ab), nb, stages, ctype(c.out), epi, x.ptr(op.inputs[c.a]), c.k,
+      x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]), c.n, c.m,
+      c.n, c.k, epi, fmt::join(epi_args, ", "));
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
 void emit_graph_defined(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  if (kp.contraction) {
+    emit_contraction(x, op, kp);
+    return;
+  }
   emit_block_kernel(x.g, op, kp, x.kernels);
   const BlockGraph& bg = *op.block;
   std::vector<std::string> args;

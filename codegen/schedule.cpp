@@ -981,6 +981,14 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
       kp.threads = op.block->block_threads;
       kp.smem = kp.block->smem_bytes;
       kp.strategy = "block graph";
+      if (auto c = match_contraction(*op.block, t)) {
+        kp.contraction = std::make_shared<const ContractionPlan>(std::move(*c));
+        kp.strategy =
+            fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
+                        kp.contraction->b.size(), kp.contraction->b.size() > 1 ? "s" : "");
+        kp.grid = ceil_div(kp.contraction->m, 128) * ceil_div(kp.contraction->n, 128);
+        kp.threads = 384;
+      }
       block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     } else {
       const OpClass c = op_info(op.kind).cls;
@@ -1118,6 +1126,9 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
     }
     const BlockGraph& bg = *op.block;
     const BlockSchedule& b = *kp.block;
+    if (kp.contraction)
+      out += fmt::format("kernel {}: {}, grid {} x {} threads (the block plan below is not used)\n",
+                         kp.kernel, kp.strategy, kp.grid, kp.threads);
     out += fmt::format(
         "kernel {}: block graph, grid {} x {} threads, {} iterations, pipeline {} stage(s) of {} "
         "iteration(s)\n",

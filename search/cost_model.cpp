@@ -1,6 +1,8 @@
 // The analytical cost model (formulas in docs/cost-model.md).
 #include "kiln/search/cost_model.h"
 
+#include "kiln/codegen/contraction.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -86,9 +88,44 @@ void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double
   c.time = c.t_launch + c.t_fixed + best.first + c.t_fill;
 }
 
+// A graph-defined GEMM with an elementwise epilogue that the emitter lowers to the runtime's
+// warp-specialized wgmma mainloop (codegen/contraction.h): 128 x 128 output tiles, each a block
+// on its own SM. Tensor-core efficiency from the H100 timings of that kernel (docs/runtime.md:
+// 4096^3 one weight 555 TFLOP/s, two weights 664 TFLOP/s, at 0.97 wave efficiency).
+KernelCost contraction_cost(const KernelOp& op, const ContractionPlan& p, const Target& t) {
+  const CostConstants& k = cost_constants(t.arch);
+  const BlockGraph& bg = *op.block;
+  KernelCost c;
+  c.name = op.name;
+  c.graph_defined = true;
+  const double nb = double(p.b.size());
+  c.blocks = ((p.m + 127) / 128) * ((p.n + 127) / 128);
+  c.blocks_per_sm = 1;
+  c.waves = (c.blocks + t.sm_count - 1) / t.sm_count;
+  c.iterations = (p.k + 63) / 64;
+  c.pipeline_stages = p.b.size() == 1 ? 4 : 3;
+  c.round_trips = 1;
+  auto bytes = [&](int io) {
+    return double(numel(bg.inputs[io].shape)) * dtype_bytes(bg.inputs[io].dtype);
+  };
+  c.dram_read = bytes(p.a);
+  for (int b : p.b) c.dram_read += bytes(b);
+  for (int e : p.epi_inputs) c.dram_read += bytes(e);
+  c.dram_write = double(p.m) * double(p.n) * dtype_bytes(p.out);
+  // A is re-read once per column tile, each B once per row tile (through L2).
+  c.l2_bytes = bytes(p.a) * double((p.n + 127) / 128 - 1);
+  for (int b : p.b) c.l2_bytes += bytes(b) * double((p.m + 127) / 128 - 1);
+  c.tc_flops = 2.0 * nb * double(pad(p.m, 128)) * double(pad(p.n, 128)) * double(pad(p.k, 64));
+  double wave_u = double(c.blocks) / double(c.waves * t.sm_count);
+  double tc_eff = p.b.size() == 1 ? 0.83 : 0.95;
+  finish_times(c, t, k, 1.0, wave_u * tc_eff);
+  return c;
+}
+
 KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
   const CostConstants& k = cost_constants(t.arch);
   const BlockGraph& bg = *op.block;
+  if (auto cp = match_contraction(bg, t)) return contraction_cost(op, *cp, t);
   KernelCost c;
   c.name = op.name;
   c.graph_defined = true;

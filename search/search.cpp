@@ -582,7 +582,8 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
           res.rejected.push_back(std::move(c));
           continue;
         }
-        c.verdict += "; float check ok";
+        c.verdict +=
+            fc.skipped ? "; float check skipped (too costly on the CPU)" : "; float check ok";
       }
       st.verified++;
       ev(c.state, parent_of[c.state], "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);

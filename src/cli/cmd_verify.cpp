@@ -40,6 +40,7 @@ void add_verify(CLI::App& app) {
     bool ok = v.equivalent();
     if (float_too) {
       verifier::FloatCheckOptions fo;
+      fo.max_sampled_work = 1e300;  // asked for explicitly: run it however long it takes
       fo.threads = threads;
       verifier::FloatCheck fc = verifier::float_check(a, b, seed, fo);
       std::printf("%s\n", fc.summary().c_str());

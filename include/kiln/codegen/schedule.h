@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/contraction.h"
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/ir/target.h"
 
@@ -123,6 +124,10 @@ struct KernelPlan {
   std::string kernel;    // CUDA symbol stem, unique in the file
   std::string strategy;  // predefined ops: "elementwise v8", "gemm_tc 128x128x32 s3", ...
   std::shared_ptr<BlockSchedule> block;  // graph-defined ops
+  // Graph-defined ops that are a GEMM with an elementwise epilogue (contraction.h): run through
+  // the runtime's wgmma mainloop instead of the generic block kernel (strategy "wgmma_ws
+  // contraction"); `block` is still planned, for the listing and the resource rule.
+  std::shared_ptr<const ContractionPlan> contraction;
   // Predefined matmul / reductions: launch parameters the emitter needs.
   int64_t grid = 0;
   int threads = 0;

@@ -80,8 +80,12 @@ Verdict verify(const KernelGraph& a, const KernelGraph& b, const VerifyOptions& 
 struct FloatCheckOptions {
   double max_work = double(1 << 27);  // evaluate whole graphs below this, else sample rows
   int64_t rows = 8;                   // at most this many rows per output when sampling
-  bool candidate_f32 = false;         // evaluate the candidate in F32 (stores rounded)
-  double tolerance = 0;               // > 0: instead of spec_tolerance (tests use it as an oracle)
+  // Skip the check (FloatCheck::skipped, ok stays true) when even one sampled row per output
+  // costs more than this: a candidate whose blocks each span every row (a [4096, 2] tile of a
+  // 4096^3 product) would take minutes in the interpreter. The verifier's proof still stands.
+  double max_sampled_work = double(1LL << 31);
+  bool candidate_f32 = false;  // evaluate the candidate in F32 (stores rounded)
+  double tolerance = 0;        // > 0: instead of spec_tolerance (tests use it as an oracle)
   int threads = 0;
 };
 
@@ -95,6 +99,8 @@ struct FloatCheck {
   bool ok = false;
   uint64_t seed = 0;
   bool sampled = false;
+  bool skipped = false;  // too costly to evaluate (see max_sampled_work); ok is true
+  double work = 0;       // estimated element operations of the evaluation
   std::vector<Output> outputs;
   double seconds = 0;
   std::string summary() const;

@@ -74,7 +74,7 @@ TEST_P(NvccExample, EmittedFileAndHarnessCompile) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, NvccExample,
                          ::testing::Values("rmsnorm_linear", "gated_mlp", "gqa", "lora",
-                                           "add_rmsnorm", "skinny_gemm"));
+                                           "add_rmsnorm", "skinny_gemm", "gated_mlp_m4096"));
 
 }  // namespace
 }  // namespace kiln

@@ -1,0 +1,195 @@
+// match_contraction: see include/kiln/codegen/contraction.h for the contract.
+#include "kiln/codegen/contraction.h"
+
+#include <map>
+
+#include "emit_util.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_16bit(DType d) {
+  return d == DType::F16 || d == DType::BF16;
+}
+
+bool scalar_tile(const Shape& s) {
+  for (int64_t e : s)
+    if (e != 1) return false;
+  return true;
+}
+
+// The matcher: fills `plan` while walking the graph; every check failure returns false.
+class Matcher {
+ public:
+  Matcher(const BlockGraph& bg, const Target& t) : bg_(bg), t_(t) {}
+
+  bool run(ContractionPlan& plan) {
+    if (t_.arch != Arch::Sm90a) return false;
+    if (bg_.loop.size() > 1 || bg_.grid.empty()) return false;
+    has_loop_ = bg_.loop.size() == 1;
+    int saver = -1;
+    for (size_t i = 0; i < bg_.ops.size(); ++i)
+      if (bg_.ops[i].kind == OpKind::Output) {
+        if (saver >= 0) return false;  // one output only
+        saver = static_cast<int>(i);
+      }
+    if (saver < 0) return false;
+    const BlockOp& sv = bg_.ops[saver];
+    const TensorDesc& od = bg_.outputs[sv.io];
+    if (od.shape.size() != 2 || sv.shape.size() != 2) return false;
+    for (int f : sv.fmap)
+      if (f != -1) return false;
+    // The grid dims that tile the output's rows (gi) and columns (gj); any other must be 1.
+    for (size_t g = 0; g < bg_.grid.size(); ++g) {
+      if (sv.imap[g] == 0)
+        gi_ = static_cast<int>(g);
+      else if (sv.imap[g] == 1)
+        gj_ = static_cast<int>(g);
+      else if (bg_.grid[g] != 1)
+        return false;
+    }
+    tile_ = sv.shape;
+    plan.m = od.shape[0];
+    plan.n = od.shape[1];
+    plan.out = od.dtype;
+    plan_ = &plan;
+    std::string r;
+    if (!expr(sv.inputs[0], r)) return false;
+    if (plan.b.empty() || plan.b.size() > 2) return false;
+    plan.result = r;
+    const TensorDesc& a = bg_.inputs[plan.a];
+    plan.k = a.shape[1];
+    plan.ab = a.dtype;
+    if (!is_16bit(a.dtype) || plan.k % 8 || plan.n % 8) return false;
+    for (int b : plan.b)
+      if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != Shape{plan.k, plan.n})
+        return false;
+    if (plan.m < 128 || plan.n < 128) return false;
+    return true;
+  }
+
+ private:
+  // The tensor dim a grid dim must map to for an iterator of the given role.
+  bool grid_maps(const BlockOp& in, int row_dim, int col_dim) const {
+    for (size_t g = 0; g < bg_.grid.size(); ++g) {
+      int want = -1;
+      if (static_cast<int>(g) == gi_) want = row_dim;
+      if (static_cast<int>(g) == gj_) want = col_dim;
+      if (bg_.grid[g] == 1 && want == -1) continue;  // a unit dim may map anywhere
+      if (in.imap[g] != want) return false;
+    }
+    return true;
+  }
+  bool loop_maps(const BlockOp& in, int dim) const {
+    if (!has_loop_) return in.fmap.empty();
+    return in.fmap.size() == 1 && in.fmap[0] == dim;
+  }
+
+  // The accumulator of matmul op `mm` (A x B_j over the whole K): its index j, registering A
+  // and B_j on first sight.
+  bool matmul_operand(int mm, std::string& out) {
+    const BlockOp& op = bg_.ops[mm];
+    if (op.inputs.size() != 2) return false;
+    const BlockOp& a = bg_.ops[op.inputs[0]];
+    const BlockOp& b = bg_.ops[op.inputs[1]];
+    if (a.kind != OpKind::Input || b.kind != OpKind::Input) return false;
+    if (bg_.inputs[a.io].shape.size() != 2 || bg_.inputs[b.io].shape.size() != 2) return false;
+    // A [M, K]: rows by gi, K by the loop; B [K, N]: columns by gj, K by the loop.
+    if (!grid_maps(a, 0, -1) || !loop_maps(a, 1)) return false;
+    if (!grid_maps(b, -1, 1) || !loop_maps(b, 0)) return false;
+    if (bg_.inputs[a.io].shape[0] != plan_->m) return false;
+    if (plan_->a >= 0 && plan_->a != a.io) return false;
+    plan_->a = a.io;
+    for (size_t j = 0; j < plan_->b.size(); ++j)
+      if (plan_->b[j] == b.io) {
+        out = "v" + std::to_string(j);
+        return true;
+      }
+    plan_->b.push_back(b.io);
+    out = "v" + std::to_string(plan_->b.size() - 1);
+    return true;
+  }
+
+  // Renders op `id` (a Post-stage value, or Invariant without a loop) as a float expression.
+  bool expr(int id, std::string& out) {
+    if (auto it = memo_.find(id); it != memo_.end()) {
+      out = it->second;
+      return true;
+    }
+    const BlockOp& op = bg_.ops[id];
+    const OpClass c = op_info(op.kind).cls;
+    bool ok = false;
+    if (op.kind == OpKind::AccumSum && has_loop_) {
+      const BlockOp& in = bg_.ops[op.inputs[0]];
+      ok = in.kind == OpKind::MatMul && in.stage == Stage::Loop && op.shape == tile_ &&
+           matmul_operand(op.inputs[0], out);
+    } else if (op.kind == OpKind::MatMul && !has_loop_) {
+      ok = op.shape == tile_ && matmul_operand(id, out);
+    } else if (op.kind == OpKind::Input) {
+      // An aligned [M, N] operand of the epilogue, read at the output element.
+      const TensorDesc& d = bg_.inputs[op.io];
+      if (op.shape == tile_ && d.shape == Shape{plan_->m, plan_->n} && grid_maps(op, 0, 1) &&
+          (has_loop_ ? op.fmap == std::vector<int>{-1} : op.fmap.empty())) {
+        size_t e = 0;
+        while (e < plan_->epi_inputs.size() && plan_->epi_inputs[e] != op.io) ++e;
+        if (e == plan_->epi_inputs.size()) plan_->epi_inputs.push_back(op.io);
+        out = "e" + std::to_string(e);
+        ok = true;
+      }
+    } else if (c == OpClass::Constant) {
+      out = cgen::flit(op.attrs.value);
+      ok = true;
+    } else if (c == OpClass::Unary || c == OpClass::Binary || c == OpClass::Fused) {
+      if (op.shape != tile_ && !scalar_tile(op.shape)) return false;
+      std::vector<std::string> xs;
+      for (int in : op.inputs) {
+        const BlockOp& io = bg_.ops[in];
+        if (io.shape != tile_ && !scalar_tile(io.shape)) return false;
+        std::string s;
+        if (!expr(in, s)) return false;
+        xs.push_back(s);
+      }
+      if (c == OpClass::Fused) {
+        const ThreadGraph& tg = *op.thread;
+        std::vector<std::string> vals = xs;
+        for (const ThreadOp& to : tg.ops) {
+          std::vector<std::string> args;
+          for (int r : to.inputs) args.push_back(vals[r]);
+          vals.push_back(bind(cgen::ew_expr(to.kind, to.attrs, args)));
+        }
+        out = vals.back();
+      } else {
+        out = bind(cgen::ew_expr(op.kind, op.attrs, xs));
+      }
+      ok = true;
+    }
+    if (ok) memo_[id] = out;
+    return ok;
+  }
+
+  std::string bind(const std::string& e) {
+    std::string v = "t" + std::to_string(plan_->epi_statements.size());
+    plan_->epi_statements.push_back("const float " + v + " = " + e + ";");
+    return v;
+  }
+
+  const BlockGraph& bg_;
+  const Target& t_;
+  bool has_loop_ = false;
+  int gi_ = -1, gj_ = -1;
+  Shape tile_;
+  ContractionPlan* plan_ = nullptr;
+  std::map<int, std::string> memo_;
+};
+
+}  // namespace
+
+std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t) {
+  ContractionPlan plan;
+  Matcher m(bg, t);
+  if (!m.run(plan)) return std::nullopt;
+  return plan;
+}
+
+}  // namespace kiln

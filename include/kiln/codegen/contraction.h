@@ -1,0 +1,42 @@
+// Recognizing a graph-defined kernel that is a GEMM with a fused elementwise epilogue, so that
+// the emitter can run it through the runtime's warp-specialized TMA + wgmma mainloop
+// (runtime/wgmma.cuh) instead of the generic block-graph kernel.
+//
+// The match is on semantics, not on names: the block graph must compute, for every element of
+// its single output,
+//   out[m, n] = f(sum_k A[m, k] B_0[k, n], ..., sum_k A[m, k] B_{j}[k, n], E_0[m, n], ...)
+// with one or two weights B_j sharing the activation A, f an elementwise expression of the
+// accumulators, of aligned [M, N] tensors E_i and of constants. The block graph's own tiling
+// (grid, loop, tile sizes) is a schedule choice that the lowering replaces with the runtime's
+// 128 x 128 x 64 tiles; the value of every output element is unchanged (up to float
+// reassociation of the k-sum, as with any tiling).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/block_graph.h"
+#include "kiln/ir/target.h"
+
+namespace kiln {
+
+struct ContractionPlan {
+  int a = -1;                   // block-graph input index of A [M, K]
+  std::vector<int> b;           // block-graph input indices of B_0 (, B_1) [K, N]
+  std::vector<int> epi_inputs;  // block-graph input indices of the E_i [M, N], in order
+  int64_t m = 0, n = 0, k = 0;
+  DType ab = DType::F16;   // operand dtype (f16 or bf16)
+  DType out = DType::F16;  // output dtype
+  // The epilogue as float32 C++ statements over `v0`, `v1` (the accumulators of B_0, B_1) and
+  // `e0`, `e1`, ... (the E_i at [m, n], already converted to float); the value is `result`.
+  std::vector<std::string> epi_statements;
+  std::string result;
+};
+
+// The plan when bg is such a contraction and the target can run it (sm_90a; A and B f16 or bf16
+// of one type; K and N multiples of 8 for TMA; M, N at least 128 so the 128 x 128 tiles are
+// not mostly padding), else nullopt.
+std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t);
+
+}  // namespace kiln

@@ -1,0 +1,110 @@
+// match_contraction recognizes exactly the block graphs that compute epilogue(A·B_0, A·B_1,
+// E...) per output element, and nothing that computes anything else.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kiln/codegen/contraction.h"
+#include "kiln/codegen/emit.h"
+#include "kiln/codegen/schedule.h"
+#include "kiln/ir/json_io.h"
+
+namespace kiln {
+namespace {
+
+const int64_t M = 256, N = 256, K = 128;
+
+// grid [M/128, N/64] (rows, cols), loop [K/32]; out = silu(A·B0) * (A·B1) + E when two weights
+// (A·B0 when one); the last two variants break one condition each (a reduction in the epilogue,
+// B's columns tiled by the rows' grid dim).
+enum class Variant { Plain, Dual, WithE, ReduceEpilogue, SwappedGrid };
+
+BlockGraph build(Variant v, DType dt = DType::F16) {
+  std::vector<TensorDesc> ins = {
+      {"A", {M, K}, dt}, {"B0", {K, N}, dt}, {"B1", {K, N}, dt}, {"E", {M, N}, DType::F32}};
+  BlockGraphBuilder b({M / 128, N / 64}, 256, {K / 32}, ins);
+  int a = b.input(0, {0, -1}, {1});
+  int b0 = v == Variant::SwappedGrid ? b.input(1, {1, -1}, {0}) : b.input(1, {-1, 1}, {0});
+  int mm0 = b.op(OpKind::MatMul, {a, b0});
+  int acc0 = b.op(OpKind::AccumSum, {mm0});
+  int value = acc0;
+  if (v == Variant::Dual || v == Variant::WithE || v == Variant::ReduceEpilogue) {
+    int b1 = b.input(2, {-1, 1}, {0});
+    int mm1 = b.op(OpKind::MatMul, {a, b1});
+    int acc1 = b.op(OpKind::AccumSum, {mm1});
+    int s = b.op(OpKind::Silu, {acc0});
+    value = b.op(OpKind::Mul, {s, acc1});
+    if (v == Variant::WithE) {
+      int e = b.input(3, {0, 1}, {-1});
+      value = b.op(OpKind::Add, {value, e});
+    }
+    if (v == Variant::ReduceEpilogue) {
+      Attrs at;
+      at.dim = 1;
+      value = b.op(OpKind::Sum, {value}, at);
+    }
+  }
+  b.output(value, {0, 1}, {-1}, DType::F16, "O");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+TEST(Contraction, RecognizesOneAndTwoWeightsAndEpilogueOperands) {
+  const Target& t = target_for(Arch::Sm90a);
+  auto p1 = match_contraction(build(Variant::Plain), t);
+  ASSERT_TRUE(p1);
+  EXPECT_EQ(p1->b.size(), 1u);
+  EXPECT_EQ(p1->result, "v0");
+  EXPECT_EQ(p1->m, M);
+  EXPECT_EQ(p1->n, N);
+  EXPECT_EQ(p1->k, K);
+
+  auto p2 = match_contraction(build(Variant::Dual), t);
+  ASSERT_TRUE(p2);
+  EXPECT_EQ(p2->b, (std::vector<int>{1, 2}));
+  EXPECT_EQ(p2->epi_statements.size(), 2u);  // silu, mul
+
+  auto p3 = match_contraction(build(Variant::WithE), t);
+  ASSERT_TRUE(p3);
+  EXPECT_EQ(p3->epi_inputs, std::vector<int>{3});
+  EXPECT_NE(p3->epi_statements.back().find("e0"), std::string::npos);
+}
+
+TEST(Contraction, RejectsEverythingElse) {
+  EXPECT_FALSE(match_contraction(build(Variant::Plain), target_for(Arch::Sm80)));
+  const Target& t = target_for(Arch::Sm90a);
+  EXPECT_FALSE(match_contraction(build(Variant::ReduceEpilogue), t));
+  EXPECT_FALSE(match_contraction(build(Variant::SwappedGrid), t));
+  EXPECT_FALSE(match_contraction(build(Variant::Plain, DType::F32), t));
+}
+
+TEST(Contraction, PlannerAndEmitterUseIt) {
+  KernelGraphBuilder kb("contract", "", Arch::Sm90a);
+  int a = kb.input("A", {M, K}, DType::F16);
+  int b0 = kb.input("B0", {K, N}, DType::F16);
+  int b1 = kb.input("B1", {K, N}, DType::F16);
+  int e = kb.input("E", {M, N}, DType::F32);
+  auto bg = std::make_shared<const BlockGraph>(build(Variant::WithE));
+  auto outs = kb.graph_defined(bg, {a, b0, b1, e}, "k");
+  kb.output(outs[0]);
+  KernelGraph g = std::move(kb).finish();
+  Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  ASSERT_TRUE(s.kernels[0].contraction);
+  std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("WgmmaGemmWS<__half, 2, 3>"), std::string::npos);
+  EXPECT_NE(cu.find("kiln::rt::Silu"), std::string::npos);
+  // On sm_80 the same graph takes the generic block-graph path.
+  Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
+  EXPECT_FALSE(s80.kernels[0].contraction);
+}
+
+// The hand-written large-M example is lowered (it is what the nvcc test compiles).
+TEST(Contraction, GatedMlpM4096ExampleIsLowered) {
+  KernelGraph g =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gated_mlp_m4096.mugraph.json");
+  auto p = match_contraction(*g.ops[0].block, target_for(Arch::Sm90a));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->b.size(), 2u);
+}
+
+}  // namespace
+}  // namespace kiln
