@@ -23,7 +23,12 @@ int64_t cdiv(int64_t a, int64_t b) {
 class BlockEmitter {
  public:
   BlockEmitter(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp)
-      : g_(g), kop_(kop), kp_(kp), bg_(*kop.block), bs_(*kp.block), T_(bg_.block_threads) {}
+      : g_(g),
+        kop_(kop),
+        kp_(kp),
+        bg_(kp.block->retiled ? *kp.block->retiled : *kop.block),
+        bs_(*kp.block),
+        T_(bg_.block_threads) {}
 
   void emit(Code& out) {
     const int S = bs_.pipeline_stages;

@@ -85,7 +85,19 @@ void check_graph(const KernelGraph& g, const Target& t) {
     const KernelOp& op = g.ops[kp.op];
     if (op.kind != OpKind::GraphDefined) continue;
     ASSERT_TRUE(kp.block);
-    check_block(*op.block, *kp.block, t, g.name + "/" + op.name);
+    // A re-tiled schedule describes the re-tiled graph: same ops, same grid, other loop range.
+    const BlockGraph& bg = kp.block->retiled ? *kp.block->retiled : *op.block;
+    if (kp.block->retiled) {
+      ASSERT_EQ(bg.ops.size(), op.block->ops.size());
+      EXPECT_EQ(bg.grid, op.block->grid);
+      for (size_t i = 0; i < bg.ops.size(); ++i) {
+        EXPECT_EQ(bg.ops[i].kind, op.block->ops[i].kind);
+        EXPECT_EQ(bg.ops[i].stage, op.block->ops[i].stage);
+        if (bg.ops[i].stage == Stage::Post) EXPECT_EQ(bg.ops[i].shape, op.block->ops[i].shape);
+      }
+      EXPECT_EQ(bg.loop[kp.block->retile_dim], kp.block->retile_to);
+    }
+    check_block(bg, *kp.block, t, g.name + "/" + op.name);
   }
   // Workspace placements do not overlap.
   std::vector<std::pair<int64_t, int64_t>> spans;
@@ -145,6 +157,33 @@ TEST(Schedule, DecodeMatmulUsesTensorCoresAndPipeline) {
       EXPECT_TRUE(b.tiles[i].async);
       EXPECT_EQ(b.tiles[i].load_vec * dtype_bytes(bg.inputs[bg.ops[i].io].dtype), 16);
     }
+}
+
+// A weight-streaming loop whose one iteration reads a 72 KB tile is re-tiled into stages of at
+// most 20 KB with whole k16 steps and at least three stages in flight; flash attention
+// (accum_max, accum_rescale) is never re-tiled.
+TEST(Schedule, LargeLoopTilesAreRetiledIntoPipelineStages) {
+  std::vector<TensorDesc> in = {{"X", {8, 16384}, DType::F16}, {"W", {16384, 2304}, DType::F16}};
+  BlockGraphBuilder b({2, 72}, 128, {16}, in);
+  int x = b.input(0, {0, -1}, {1}, "in_X");
+  int w = b.input(1, {-1, 1}, {0}, "in_W");
+  int m = b.op(OpKind::MatMul, {x, w}, {}, "O_it");
+  int acc = b.op(OpKind::AccumSum, {m}, {}, "O_acc");
+  b.output(acc, {0, 1}, {-1}, DType::F16, "O");
+  auto bg = std::make_shared<BlockGraph>(std::move(b).finish());
+  int dim = -1;
+  std::shared_ptr<const BlockGraph> rt = retile_loop(*bg, default_target(), &dim);
+  ASSERT_TRUE(rt);
+  EXPECT_EQ(dim, 0);
+  EXPECT_GT(rt->loop[0], 16);
+  int64_t stage = 0;
+  for (const BlockOp& o : rt->ops)
+    if (o.kind == OpKind::Input) stage += numel(o.shape) * 2;
+  EXPECT_LE(stage, 20 * 1024);
+  EXPECT_EQ(rt->ops[x].shape.back() % 16, 0);
+  KernelGraph g = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa.mugraph.json");
+  for (const KernelOp& op : g.ops)
+    if (op.kind == OpKind::GraphDefined) EXPECT_FALSE(retile_loop(*op.block, default_target()));
 }
 
 }  // namespace

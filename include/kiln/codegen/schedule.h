@@ -102,8 +102,20 @@ struct Step {
 };
 
 struct BlockSchedule {
-  std::vector<TilePlan> tiles;  // one per block op
-  std::vector<Step> steps;      // Pre steps, then the loop body, then Post steps
+  // Loop re-tiling. When set, the kernel runs this block graph instead of the op's own: the same
+  // ops (same indices, names, maps) with loop dim `retile_dim` re-tiled to a different range, so
+  // that every tile split by that loop dim has a different extent along it. Plans only
+  // re-tile when it is exact: every value the loop reads along that dim reaches the accumulators
+  // through k-sums only (accum_sum of matmuls contracting it, or sums over it), so the same
+  // products are summed over the same k in the same k order, only grouped into different
+  // iterations. Chosen so that one pipeline stage is small enough to keep several stages in flight
+  // (a 64 KB weight tile becomes four 16 KB stages) and mma k extents are multiples of 16.
+  // `tiles` and `steps` describe this graph; the cost of the op is unchanged.
+  std::shared_ptr<const BlockGraph> retiled;
+  int retile_dim = -1;
+  int64_t retile_from = 0, retile_to = 0;  // the loop range of that dim, before and after
+  std::vector<TilePlan> tiles;             // one per block op
+  std::vector<Step> steps;                 // Pre steps, then the loop body, then Post steps
   int pipeline_stages = 1;
   // Loop iterations per pipeline stage: a stage holds the input tiles of `coarsen` consecutive
   // iterations, so fine-grained loops pay one wait and one barrier per stage, not per iteration.
@@ -144,6 +156,12 @@ struct Schedule {
   int64_t workspace_bytes = 0;
   int64_t block_scratch_offset = -1;  // start of per-block Global tiles (shared by kernels)
 };
+
+// The re-tiled block graph plan_schedule runs for bg (see BlockSchedule::retiled), or null when
+// re-tiling is not exact for bg or would not shorten the pipeline's stages usefully.
+// `loop_dim` receives the re-tiled loop dim.
+std::shared_ptr<const BlockGraph> retile_loop(const BlockGraph& bg, const Target& t,
+                                              int* loop_dim = nullptr);
 
 // Plans every kernel of g for target t. Throws UserError(Unsupported) for what the emitter cannot
 // implement (none known), never for valid graphs.
