@@ -50,6 +50,9 @@ class BlockEmitter {
     c_->line("extern __shared__ __align__(128) unsigned char kiln_smem[];");
     c_->line("const int tid = threadIdx.x;");
     c_->line("(void)tid;");
+    bool wide = false;
+    for (const TilePlan& t : bs_.tiles) wide |= t.dist.kind == DistKind::Group && t.dist.group > 32;
+    if (wide) c_->line("__shared__ float kiln_red[32];  // cross-warp reductions (groups > 32)");
     const char* bid[3] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
     for (size_t d = 0; d < bg_.grid.size(); ++d) c_->f("const int g{} = {};", d, bid[d]);
     if (bs_.global_bytes_per_block > 0)
@@ -440,6 +443,10 @@ class BlockEmitter {
       mma_block(root, d, "acc_" + nm(st.accums[0]), /*fresh=*/false);
       return;
     }
+    if (st.op >= 0 && tp(st.op).home == TileHome::Fragment) {
+      emit_fragment_chain(st.op);
+      return;
+    }
     run_elements(top, d, root, true,
                  [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
                    std::string v = st.op >= 0 ? compute(st.op, idx, cx)
@@ -466,6 +473,83 @@ class BlockEmitter {
                      }
                    }
                  });
+  }
+
+  // A Fragment tile p (see TileHome::Fragment): its root's fragments `fr` are computed, p is
+  // evaluated in place, then each consumer runs from the registers: matmuls pack their A
+  // fragments from `fr` (mma_block), row reductions sum the fragment row pieces and finish with a
+  // quad shuffle (the four lanes 4g..4g+3 hold row g's columns).
+  void emit_fragment_chain(int p) {
+    const TilePlan& t = tp(p);
+    const Distribution& d = t.dist;
+    c_->f("// {} = {} {} in registers (mma fragments of {})", nm(p), op_name(op(p).kind),
+          shape_str(op(p).shape), nm(t.root));
+    c_->open("{");
+    mma_block(t.root, d, "fr", /*fresh=*/true);
+    if (p != t.root) {
+      std::vector<std::string> idx =
+          open_fragment_loops(p, d, -1, "q", 4, "((q >> 1) << 3)", " + (q & 1)");
+      Ctx cx;
+      cx.body = c_;
+      cx.root = t.root;
+      cx.root_val = "fr[bi][i][jn].x[q]";
+      std::string v = compute(p, idx, cx);
+      c_->f("fr[bi][i][jn].x[q] = {};", v);
+      for (int k = 0; k < kFragmentScopes; ++k) c_->close();
+    }
+    std::vector<int> cons;
+    for (size_t c = 0; c < bg_.ops.size(); ++c)
+      for (int in : op(c).inputs)
+        if (in == p) {
+          cons.push_back(static_cast<int>(c));
+          break;
+        }
+    for (int c : cons) {
+      std::vector<int> accs;
+      for (size_t a = 0; a < bg_.ops.size(); ++a)
+        if (cls(a) == OpClass::Accum && op(a).inputs[0] == c) accs.push_back(static_cast<int>(a));
+      if (cls(c) == OpClass::Matmul) {
+        KILN_ASSERT(accs.size() == 1, "fragment matmul {} must feed one accumulator", nm(c));
+        mma_block(c, tp(c).dist, "acc_" + nm(accs[0]), /*fresh=*/false);
+        continue;
+      }
+      const Distribution& dr = tp(c).dist;
+      bool is_max = op(c).kind == OpKind::Max;
+      c_->f("// {} = {} of {} over its last dim, from the fragments", nm(c), op_name(op(c).kind),
+            nm(p));
+      c_->open("{");
+      emit_warp_coords(dr);
+      c_->open(fmt::format("if (warp < {}) {{", dr.wb * dr.wm));
+      c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", dr.bw));
+      c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", dr.mtw));
+      c_->line("#pragma unroll");
+      c_->open("for (int h = 0; h < 2; ++h) {");
+      c_->f("float rs = {};", is_max ? "-__int_as_float(0x7f800000)" : "0.0f");
+      c_->line("#pragma unroll");
+      c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
+      if (is_max)
+        c_->line("rs = fmaxf(rs, fmaxf(fr[bi][i][jn].x[2 * h], fr[bi][i][jn].x[2 * h + 1]));");
+      else
+        c_->line("rs += fr[bi][i][jn].x[2 * h] + fr[bi][i][jn].x[2 * h + 1];");
+      c_->close();
+      c_->f("rs = kiln::cg::group_{}<4>(rs);", is_max ? "max" : "sum");
+      if (op(c).kind == OpKind::Mean) c_->f("rs = rs / {};", flit(double(d.n)));
+      for (int a : accs) {
+        std::string acc = fmt::format("acc_{}[bi][i][0].x[2 * h]", nm(a));
+        if (op(a).kind == OpKind::AccumMax)
+          c_->f("{0} = fmaxf({0}, rs);", acc);
+        else
+          c_->f("{} += rs;", acc);
+      }
+      c_->close();
+      c_->close();
+      c_->close();
+      c_->close();
+      c_->close();
+    }
+    c_->close();
   }
 
   void emit_save(int top) {
@@ -672,7 +756,11 @@ class BlockEmitter {
       c_->f("{} += {};", rv, v);
     c_->close();
     c_->close();
-    if (G > 1) c_->f("{0} = kiln::cg::group_{1}<{2}>({0});", rv, is_max ? "max" : "sum", G);
+    if (G > 32)
+      c_->f("{0} = kiln::cg::group_reduce_wide<{1}>({0}, kiln::rt::{2}(), kiln_red);", rv, G,
+            is_max ? "MaxOp" : "SumOp");
+    else if (G > 1)
+      c_->f("{0} = kiln::cg::group_{1}<{2}>({0});", rv, is_max ? "max" : "sum", G);
     if (o.kind == OpKind::Mean) c_->f("{0} = {0} / {1};", rv, flit(double(K)));
   }
 
@@ -815,7 +903,16 @@ class BlockEmitter {
     c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
     c_->f("const int m0 = (wm * {} + i) * 16;", d.mtw);
     c_->open(fmt::format("if (m0 < {}) {{", M));
-    if (p.a_ldmatrix) {
+    if (tp(a).home == TileHome::Fragment) {
+      // k step kk is n8 tiles 2kk and 2kk + 1 of the producer's C fragments `fr` (same warps,
+      // same m16 tiles): C elements {0,1} / {2,3} are A rows g / g + 8.
+      c_->f("const kiln::rt::FragC& c0_ = fr[bi][i][2 * kk];");
+      c_->f("const kiln::rt::FragC& c1_ = fr[bi][i][2 * kk + 1];");
+      c_->f("fa[i].x[0] = kiln::rt::pack2<{}>(c0_.x[0], c0_.x[1]);", T);
+      c_->f("fa[i].x[1] = kiln::rt::pack2<{}>(c0_.x[2], c0_.x[3]);", T);
+      c_->f("fa[i].x[2] = kiln::rt::pack2<{}>(c1_.x[0], c1_.x[1]);", T);
+      c_->f("fa[i].x[3] = kiln::rt::pack2<{}>(c1_.x[2], c1_.x[3]);", T);
+    } else if (p.a_ldmatrix) {
       const TilePlan& lt = tp(oa.leaf);
       int64_t pitch = lt.strides[lt.strides.size() - 2];
       std::string base = leaf_batch_ptr(oa, out, bidx);

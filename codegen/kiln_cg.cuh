@@ -139,6 +139,26 @@ KILN_DEV float group_max(float v) {
   }
 }
 
+// Reduces over groups of G consecutive lanes with G a multiple of 32 (G / 32 consecutive warps):
+// a warp shuffle, then one partial per warp through `scratch` (32 floats of shared memory). Every
+// thread of the block must call it (two barriers; the leading one lets back-to-back calls reuse
+// scratch); every lane of a group gets the result.
+template <int G, class Op>
+KILN_DEV float group_reduce_wide(float v, Op op, float* scratch) {
+  static_assert(G % 32 == 0 && G <= 1024, "G: a multiple of 32, at most 1024");
+  constexpr int kWarps = G / 32;
+  v = rt::warp_reduce<32>(v, op);
+  const int tid = threadIdx.x;
+  __syncthreads();
+  if ((tid & 31) == 0) scratch[tid >> 5] = v;
+  __syncthreads();
+  const int w0 = (tid >> 5) / kWarps * kWarps;
+  float r = scratch[w0];
+#pragma unroll
+  for (int k = 1; k < kWarps; ++k) r = op(r, scratch[w0 + k]);
+  return r;
+}
+
 // ---- Accumulator updates ------------------------------------------------------------------------
 
 // accum_rescale: S' = S exp(M - M') + v exp(m - M') with M' = max(M, m).

@@ -38,6 +38,8 @@ const char* tile_home_name(TileHome h) {
       return "root";
     case TileHome::Feed:
       return "feed";
+    case TileHome::Fragment:
+      return "fragment";
     case TileHome::None:
       return "-";
   }
@@ -103,6 +105,17 @@ class BlockPlanner {
       if (!changed) break;
     }
     plan_dists();
+    // Register-resident chains are chosen once the homes are settled; their distributions then
+    // override the planner's (plan_dists applies them), and register reads are re-checked.
+    if (plan_fragment_chains()) {
+      // Spills decided under the old distributions (e.g. a k-split) are re-decided.
+      for (TilePlan& t : s_.tiles) t.spill = false;
+      for (int round = 0; round < 64; ++round) {
+        plan_dists();
+        if (!fix_register_reads()) break;
+      }
+      plan_dists();
+    }
     plan_levels();
     plan_memory();
     emit_steps();
@@ -199,6 +212,19 @@ class BlockPlanner {
         t.home = TileHome::Feed;
         continue;
       }
+      if (dc.size() > 1 && dc.size() <= 4 && cheap_over_stored(i)) {
+        // A single unary/binary op of stored input tiles, read once per element by each of a
+        // few consumers of its stage: recomputed in each (two shared-memory reads cost less than
+        // a float32 tile written, synchronized and read back, and the tile's bytes).
+        bool ok = true;
+        for (int k : dc)
+          ok &= cls(k) != OpClass::Matmul && single_read(i, k) &&
+                (op(k).stage == o.stage || (cls(k) == OpClass::Accum && o.stage != Stage::Post));
+        if (ok) {
+          t.home = TileHome::Inline;
+          continue;
+        }
+      }
       if (dc.size() == 1) {
         int k = dc[0];
         bool same_stage =
@@ -227,10 +253,17 @@ class BlockPlanner {
       }
   }
 
+  bool cheap_over_stored(int i) const {
+    if (cls(i) != OpClass::Unary && cls(i) != OpClass::Binary) return false;
+    for (int in : op(i).inputs)
+      if (cls(in) != OpClass::Input && cls(in) != OpClass::Constant) return false;
+    return true;
+  }
+
   bool is_task_top(int i) const {
     TileHome h = s_.tiles[i].home;
     return (h == TileHome::Smem && cls(i) != OpClass::Input) || h == TileHome::Global ||
-           h == TileHome::Feed || cls(i) == OpClass::Output;
+           h == TileHome::Feed || h == TileHome::Fragment || cls(i) == OpClass::Output;
   }
 
   // Ops whose value a step evaluates: the top, and operands reached through Inline/Root homes.
@@ -310,8 +343,13 @@ class BlockPlanner {
     d.kind = DistKind::Group;
     d.numel = numel;
     int g = 1;
-    if (red_len >= 8)
+    if (red_len >= 8) {
       while (g < 32 && numel * g * 2 <= T_ && g * 2 <= red_len) g *= 2;
+      // Few long rows (e.g. a decode row's sum of squares): more than a warp per output while
+      // every lane keeps at least 8 elements; the warps of a group combine through shared memory.
+      if (g == 32)
+        while (g * 2 <= T_ && numel * g * 2 <= T_ && g * 2 * 8 <= red_len) g *= 2;
+    }
     d.group = g;
     return d;
   }
@@ -475,6 +513,8 @@ class BlockPlanner {
       if (!is_task_top(top)) continue;
       Tree t = tree_of(top);
       Distribution d = step_dist(top, t);
+      auto chain = chain_dists_.find(top);
+      if (chain != chain_dists_.end()) d = chain->second;
       tp(top).dist = d;
       tp(top).root = t.root;
       if (t.root >= 0) tp(t.root).dist = d;
@@ -482,6 +522,108 @@ class BlockPlanner {
         for (int c : distinct_consumers(top)) tp(c).dist = d;
     }
   }
+
+  // ---- 3b. register-resident chains ----------------------------------------------------------
+  // A loop tile p = elementwise(S), S = matmul on tensor cores (p's step root), whose consumers
+  // are all Feed tiles of the loop that are either a matmul reading p as its A operand (feeding
+  // one accum_sum) or a sum/mean/max of p's last dim, stays in S's C fragments (home Fragment):
+  // the m16n8 C layout of two adjacent n8 tiles is the m16n8k16 A layout of one k step, so p is
+  // packed to 16-bit A fragments in registers, and its row reductions are a quad shuffle. This
+  // needs every warp to own whole rows: S and each consuming matmul are partitioned with the same
+  // warps along batch and m16 tiles and none along n or k. The row reductions get the same
+  // partition with n = 1 (one value per row, in fragment element 0/2 of lanes 4g).
+  std::map<int, Distribution> chain_dists_;
+
+  static Distribution rows_dist(int64_t B, int64_t M, int64_t N, int wb, int wm) {
+    Distribution d;
+    d.kind = DistKind::Mma;
+    d.batch = B, d.m = M, d.n = N, d.numel = B * M * N;
+    d.wb = wb, d.wm = wm, d.wn = 1, d.ks = 1;
+    d.bw = static_cast<int>(ceil_div(B, wb));
+    d.mtw = static_cast<int>(ceil_div(ceil_div(M, 16), wm));
+    d.ntw = static_cast<int>(ceil_div(N, 8));
+    return d;
+  }
+
+  bool chain_consumer_ok(int p, int c) const {
+    if (tp_const(c).home != TileHome::Feed || op(c).stage != Stage::Loop) return false;
+    int rank = static_cast<int>(op(p).shape.size());
+    if (cls(c) == OpClass::Matmul) {
+      if (op(c).inputs[0] != p || op(c).inputs[1] == p || !tp_const(c).mma.use) return false;
+      std::vector<int> dc = distinct_consumers(c);
+      if (dc.size() != 1 || op(dc[0]).kind != OpKind::AccumSum) return false;
+      // No batch broadcast of p: the product's batch is p's.
+      const Shape& os = op(c).shape;
+      int64_t Mc = os[os.size() - 2], Nc = os.back();
+      return numel(os) / (Mc * Nc) * Mc == numel(op(p).shape) / op(p).shape.back() &&
+             os.size() == op(p).shape.size();
+    }
+    if (cls(c) != OpClass::Reduce || op(c).attrs.dim != rank - 1) return false;
+    if (op(c).kind != OpKind::Sum && op(c).kind != OpKind::Mean && op(c).kind != OpKind::Max)
+      return false;
+    for (int a : distinct_consumers(c))
+      if (op(a).kind != OpKind::AccumSum && op(a).kind != OpKind::AccumMax) return false;
+    return true;
+  }
+
+  bool plan_fragment_chains() {
+    bool any = false;
+    const int W = T_ / 32;
+    for (int p = 0; p < n_; ++p) {
+      TilePlan& t = tp(p);
+      if (t.home != TileHome::Smem || op(p).stage != Stage::Loop || t.root < 0) continue;
+      int r = t.root;
+      if (cls(r) != OpClass::Matmul || !tp(r).mma.use || !same_padded(op(r).shape, op(p).shape))
+        continue;
+      const Shape& ss = op(r).shape;
+      if (ss.size() < 2) continue;
+      int64_t M = ss[ss.size() - 2], N = ss.back(), B = numel(ss) / (M * N);
+      int64_t K = op(op(r).inputs[0]).shape.back();
+      if (N % 16) continue;
+      std::vector<int> dc = distinct_consumers(p);
+      bool ok = !dc.empty();
+      bool has_mm = false;
+      for (int c : dc) {
+        ok &= chain_consumer_ok(p, c);
+        has_mm |= cls(c) == OpClass::Matmul;
+      }
+      if (!ok || !has_mm) continue;
+      // Warps along batch and m16 tiles only; fewest mma per warp, registers bounded.
+      int64_t MT = ceil_div(M, 16);
+      double best = 1e300;
+      int bwb = 0, bwm = 0;
+      for (int wb = 1; wb <= W; ++wb)
+        for (int wm = 1; wb * wm <= W; ++wm) {
+          if (W % (wb * wm) || wb > B || wm > MT) continue;
+          int64_t rows = ceil_div(B, wb) * ceil_div(MT, wm);
+          int64_t regs = rows * ceil_div(N, 8) * 4;
+          double mmas = double(rows) * ceil_div(N, 8) * ceil_div(K, 16);
+          bool fits = regs <= 64;
+          for (int c : dc) {
+            if (cls(c) != OpClass::Matmul) continue;
+            int64_t Nc = op(c).shape.back();
+            regs += rows * ceil_div(Nc, 8) * 4;
+            fits &= rows * ceil_div(Nc, 8) * 4 <= 64;
+            mmas += double(rows) * ceil_div(Nc, 8) * (N / 16);
+          }
+          if (!fits || regs > 128) continue;
+          if (mmas < best - 1e-9) best = mmas, bwb = wb, bwm = wm;
+        }
+      if (bwb == 0) continue;
+      t.home = TileHome::Fragment;
+      t.note = "register-resident (A fragments of its consumers)";
+      chain_dists_[p] = rows_dist(B, M, N, bwb, bwm);
+      for (int c : dc) {
+        int64_t Nc = cls(c) == OpClass::Matmul ? op(c).shape.back() : 1;
+        Distribution d = rows_dist(B, M, Nc, bwb, bwm);
+        if (cls(c) != OpClass::Matmul) d.ntw = 1, d.numel = B * M;
+        chain_dists_[c] = d;
+      }
+      any = true;
+    }
+    return any;
+  }
+  const TilePlan& tp_const(int i) const { return s_.tiles[i]; }
 
   bool fix_register_reads() {
     bool changed = false;
@@ -531,6 +673,12 @@ class BlockPlanner {
     return s == Stage::Invariant ? Phase::Pre : s == Stage::Loop ? Phase::Loop : Phase::Post;
   }
 
+  bool reads_fragment(int i) const {
+    for (int in : op(i).inputs)
+      if (s_.tiles[in].home == TileHome::Fragment) return true;
+    return false;
+  }
+
   void plan_levels() {
     // Build tasks.
     for (int i = 0; i < n_; ++i) {
@@ -538,7 +686,13 @@ class BlockPlanner {
       if (cls(i) == OpClass::Output) {
         Phase ph = op(i).stage == Stage::Loop ? Phase::Loop : Phase::Post;
         tasks_.push_back({StepKind::Save, ph, i, {}, {}, {}, 0});
-      } else if (t.home == TileHome::Feed) {
+      } else if (t.home == TileHome::Fragment) {
+        // One step: the root matmul, p, and every consumer of p with its accumulators.
+        Task k{StepKind::Accumulate, Phase::Loop, i, {}, {}, {}, 0};
+        for (int c : distinct_consumers(i))
+          for (int a : distinct_consumers(c)) k.accums.push_back(a);
+        tasks_.push_back(k);
+      } else if (t.home == TileHome::Feed && !reads_fragment(i)) {
         Task k{StepKind::Accumulate, Phase::Loop, i, {}, {}, {}, 0};
         for (int c : distinct_consumers(i))
           if (op(c).inputs[0] == i) k.accums.push_back(c);
@@ -565,7 +719,20 @@ class BlockPlanner {
       std::vector<int> tops;
       if (k.kind == StepKind::Spill) continue;
       if (k.op >= 0) tops.push_back(k.op);
-      if (k.kind == StepKind::Accumulate)
+      if (k.op >= 0 && tp(k.op).home == TileHome::Fragment) {
+        // The consumers' other operands (a matmul's B) are read by the same step.
+        for (int c : distinct_consumers(k.op)) {
+          std::vector<int> nodes;
+          collect_tree(c, nodes, true);
+          for (int i : nodes)
+            for (int in : op(i).inputs) {
+              TileHome h = tp(in).home;
+              if (h == TileHome::Smem || h == TileHome::Global ||
+                  (h == TileHome::Registers && tp(in).spill))
+                k.reads.push_back(in);
+            }
+        }
+      } else if (k.kind == StepKind::Accumulate)
         for (int a : k.accums)
           for (int in : op(a).inputs)
             if (k.op < 0 || in != k.op) tops.push_back(in);
@@ -1384,15 +1551,19 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
           line += fmt::format(" spilled after loop to {} @{}",
                               t.spill_global ? "workspace" : "smem", t.spill_offset);
       }
-      if ((t.home == TileHome::Smem || t.home == TileHome::Global || t.home == TileHome::Feed) &&
+      if ((t.home == TileHome::Smem || t.home == TileHome::Global || t.home == TileHome::Feed ||
+           t.home == TileHome::Fragment) &&
           o.kind != OpKind::Input)
         line += " by " + t.dist.str();
       if (o.kind == OpKind::MatMul && t.home != TileHome::Inline)
-        line += t.mma.use ? fmt::format(" mma.sync {}{}{}{}", dtype_name(t.mma.dtype),
-                                        t.mma.a_ldmatrix ? " A:ldmatrix" : " A:gather",
-                                        t.mma.b_ldmatrix ? " B:ldmatrix" : " B:gather",
-                                        t.mma.lossy ? " (f32 operand rounded)" : "")
-                          : " fma";
+        line += t.mma.use
+                    ? fmt::format(" mma.sync {}{}{}{}", dtype_name(t.mma.dtype),
+                                  t.mma.a_ldmatrix                                  ? " A:ldmatrix"
+                                  : b.tiles[o.inputs[0]].home == TileHome::Fragment ? " A:registers"
+                                                                                    : " A:gather",
+                                  t.mma.b_ldmatrix ? " B:ldmatrix" : " B:gather",
+                                  t.mma.lossy ? " (f32 operand rounded)" : "")
+                    : " fma";
       if (o.kind == OpKind::Output && t.root >= 0)
         line += fmt::format(" (fused {})", bg.ops[t.root].name);
       if (!t.note.empty()) line += " " + t.note;

@@ -186,5 +186,53 @@ TEST(Schedule, LargeLoopTilesAreRetiledIntoPipelineStages) {
     if (op.kind == OpKind::GraphDefined) EXPECT_FALSE(retile_loop(*op.block, default_target()));
 }
 
+int op_index(const BlockGraph& bg, const std::string& name) {
+  for (size_t i = 0; i < bg.ops.size(); ++i)
+    if (bg.ops[i].name == name) return static_cast<int>(i);
+  ADD_FAILURE() << "no block op " << name;
+  return 0;
+}
+
+// exp(Q·K) feeding both P·V and its row sums stays in the mma fragments: no shared-memory tile,
+// whole rows per warp for both matmuls, the row sums in the same partition with n = 1.
+TEST(Schedule, AttentionKeepsPInRegisters) {
+  KernelGraph g = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa.mugraph.json");
+  Schedule s = plan_schedule(g, default_target());
+  const BlockSchedule& b = *s.kernels[0].block;
+  const BlockGraph& bg = *g.ops[0].block;
+  const TilePlan& p = b.tiles[op_index(bg, "p")];
+  EXPECT_EQ(p.home, TileHome::Fragment);
+  EXPECT_EQ(p.offset, -1);
+  ASSERT_EQ(p.dist.kind, DistKind::Mma);
+  EXPECT_EQ(p.dist.wn, 1);
+  EXPECT_EQ(p.dist.ks, 1);
+  const TilePlan& pv = b.tiles[op_index(bg, "pv")];
+  EXPECT_EQ(pv.dist.wb, p.dist.wb);
+  EXPECT_EQ(pv.dist.wm, p.dist.wm);
+  EXPECT_EQ(pv.dist.wn, 1);
+  const TilePlan& acc_l = b.tiles[op_index(bg, "acc_l")];
+  EXPECT_EQ(acc_l.dist.kind, DistKind::Mma);
+  EXPECT_EQ(acc_l.dist.n, 1);
+  EXPECT_FALSE(acc_l.spill);
+  EXPECT_EQ(b.barriers_per_iteration, 1);
+  int chain_steps = 0;
+  for (const Step& st : b.steps)
+    if (st.kind == StepKind::Accumulate && st.op == op_index(bg, "p")) ++chain_steps;
+  EXPECT_EQ(chain_steps, 1);
+}
+
+// A block-wide sum of one long row uses every warp of the block.
+TEST(Schedule, LongRowReductionUsesSeveralWarps) {
+  KernelGraph g =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/add_rmsnorm.mugraph.json");
+  Schedule s = plan_schedule(g, default_target());
+  const BlockGraph& bg = *g.ops[0].block;
+  const TilePlan& ss = s.kernels[0].block->tiles[op_index(bg, "ss")];
+  EXPECT_GT(ss.dist.group, 32);
+  EXPECT_LE(ss.dist.group, bg.block_threads);
+  // h = x + r has three readers: recomputed in each, never a float32 tile.
+  EXPECT_EQ(s.kernels[0].block->tiles[op_index(bg, "h")].home, TileHome::Inline);
+}
+
 }  // namespace
 }  // namespace kiln

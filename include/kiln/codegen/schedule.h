@@ -31,6 +31,9 @@ enum class TileHome : uint8_t {
   Inline,     // recomputed where read: elementwise chains, transposes, size-1 reductions
   Root,       // a matmul/reduction computed inside its single consumer's step (epilogue fusion)
   Feed,       // consumed only by accumulators: computed inside the accumulation step
+  Fragment,   // a loop tile elementwise in a matmul's result, kept in that matmul's mma C
+              // fragments: its consumers (matmuls reading it as their A operand, reductions of
+              // its last dim, all feeding accumulators) run in the same step from registers
   None,       // output savers
 };
 const char* tile_home_name(TileHome h);
