@@ -33,7 +33,7 @@ struct Fixture {
   Fixture(const std::string& test, int n, const std::map<std::string, std::string>& plan) {
     dir = fs::path(KILN_BINARY_DIR) / "profile_test" / test;
     fs::remove_all(dir);
-    test::write_fake_cuda(dir / "bin", plan);
+    kiln_test::write_fake_cuda(dir / "bin", plan);
     spec = parse_spec_file(example("lora.json"));
     KernelGraph g = load_graph_file(example("lora.mugraph.json"));
     for (int i = 0; i < n; ++i) {
@@ -199,7 +199,7 @@ TEST(Profile, DetectsTheGpuThroughTheRunner) {
 
 TEST(Profile, FindsNvccInTheDocumentedOrder) {
   fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "find";
-  test::write_fake_cuda(dir, {});
+  kiln_test::write_fake_cuda(dir, {});
   std::string nvcc = (dir / "nvcc").string();
   const char* old_cx = std::getenv("CUDACXX");
   std::string saved_cx = old_cx ? old_cx : "";

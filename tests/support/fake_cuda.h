@@ -21,7 +21,7 @@
 #include <map>
 #include <string>
 
-namespace kiln::test {
+namespace kiln_test {
 
 inline void write_script(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p) << text;
@@ -66,4 +66,4 @@ chmod +x "$out"
                                        : "#!/bin/sh\necho 'No devices were found'\nexit 6\n");
 }
 
-}  // namespace kiln::test
+}  // namespace kiln_test
