@@ -2,6 +2,12 @@
 // (or takes its result from the cache), and writes DIR/<name>.mugraph.json (the winner),
 // DIR/candidates/ (the top K), DIR/report.json (stop reason, statistics, every ranked candidate's
 // cost and verdict) and DIR/<name>.cu (the emitted CUDA of the winner).
+//
+// Profiling (search/profile.h): with nvcc and a GPU here, the model's top K candidates and the
+// spec's own kernel graph are measured on the GPU and the measured winner is written instead of
+// the model's. `--profile [K]` requires it, `--no-profile` skips it, and by default (auto) it runs
+// when both nvcc and a GPU are found. Measurements belong to this machine: they are never cached,
+// so a cached search result is profiled again on every run.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +21,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/search/cache.h"
+#include "kiln/search/profile.h"
 #include "kiln/search/search.h"
 #include "kiln/search/trace.h"
 
@@ -34,6 +41,40 @@ std::string pruned_str(const std::map<std::string, int64_t>& m) {
   return s.empty() ? "none" : s;
 }
 
+constexpr int kDefaultProfileK = 8;
+
+// What the profiling decision found, made before the search (it may raise top_k).
+struct ProfilePlan {
+  bool on = false;
+  int k = 0;
+  std::string nvcc, nvcc_version, gpu, reason;  // reason: why profiling is off
+};
+
+ProfilePlan plan_profile(const std::string& mode, int k, const std::string& nvcc_opt) {
+  ProfilePlan p;
+  if (mode == "off") {
+    p.reason = "--no-profile";
+    return p;
+  }
+  std::optional<std::string> nvcc = search::find_nvcc(nvcc_opt);
+  search::GpuProbe gpu;
+  if (nvcc) gpu = search::detect_gpu();
+  if (!nvcc || !gpu.found) {
+    p.reason = !nvcc ? "no nvcc found ($CUDACXX, PATH, /usr/local/cuda/bin; or --nvcc)"
+                     : "no CUDA GPU visible: " + gpu.detail;
+    if (mode == "on")
+      throw UserError(ErrorCode::Unsupported, "--profile needs nvcc and a GPU: " + p.reason,
+                      "run without --profile for the model's ranking only");
+    return p;
+  }
+  p.on = true;
+  p.k = k;
+  p.nvcc = *nvcc;
+  p.nvcc_version = search::nvcc_version(p.nvcc);
+  p.gpu = gpu.detail;
+  return p;
+}
+
 }  // namespace
 
 void add_optimize(CLI::App& app) {
@@ -42,7 +83,9 @@ void add_optimize(CLI::App& app) {
   static double time_limit = 120;
   static int threads = 0, top = 5;
   static uint64_t seed = 1;
-  static bool no_cache = false;
+  static bool no_cache = false, no_profile = false;
+  static std::string profile_arg, nvcc;
+  static int profile_repeats = 20;
   cmd->add_option("SPEC", file, "spec JSON file")->required();
   cmd->add_option("-o,--out", out_dir, "output directory")->required();
   cmd->add_option("--time-limit", time_limit, "search time limit in seconds")
@@ -56,13 +99,42 @@ void add_optimize(CLI::App& app) {
   cmd->add_option("--seed", seed, "verifier seed")->capture_default_str();
   auto* c = cmd->add_option("--cache", cache_dir, "cache directory (default: ~/.cache/kiln)");
   cmd->add_flag("--no-cache", no_cache, "neither read nor write the cache")->excludes(c);
+  static CLI::Option* prof = nullptr;
+  prof = cmd->add_option("--profile", profile_arg,
+                         fmt::format("measure the top K candidates and the spec on the GPU "
+                                     "and write the measured winner (K default {}; raises "
+                                     "--top to K); default: when nvcc and a GPU are found",
+                                     kDefaultProfileK))
+             ->expected(0, 1)
+             ->type_name("[K]");
+  cmd->add_flag("--no-profile", no_profile, "rank by the cost model only")->excludes(prof);
+  cmd->add_option("--nvcc", nvcc, "nvcc for profiling (default: $CUDACXX, PATH, /usr/local/cuda)");
+  cmd->add_option("--profile-repeats", profile_repeats, "timed replays per profiled candidate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([] {
     KernelGraph spec = parse_spec_file(file);
+    int profile_k = kDefaultProfileK;
+    if (!profile_arg.empty()) {
+      char* end = nullptr;
+      long v = std::strtol(profile_arg.c_str(), &end, 10);
+      if (*end != 0 || v < 1 || v > 1000)
+        throw UserError(ErrorCode::Schema,
+                        "--profile takes a count of candidates, got " + profile_arg);
+      profile_k = int(v);
+    }
+    const std::string mode = no_profile ? "off" : prof->count() > 0 ? "on" : "auto";
+    ProfilePlan plan = plan_profile(mode, profile_k, nvcc);
+    if (plan.on)
+      std::fprintf(stderr, "kiln: profiling the top %d candidates and the spec on %s (%s)\n",
+                   plan.k, plan.gpu.c_str(), plan.nvcc_version.c_str());
+    else
+      std::fprintf(stderr, "kiln: ranking by the cost model only (%s)\n", plan.reason.c_str());
     search::SearchConfig cfg;
     cfg.arch = *arch_from_name(target);
     cfg.time_limit_s = time_limit;
     cfg.threads = threads;
-    cfg.top_k = std::max(1, top);
+    cfg.top_k = std::max({1, top, plan.on ? plan.k : 0});
     cfg.seed = seed;
     std::string dir = cache_dir.empty() ? search::default_cache_dir() : cache_dir;
     std::string key = search::cache_key(spec, cfg);
@@ -95,7 +167,30 @@ void add_optimize(CLI::App& app) {
       if (!no_cache) search::cache_store(dir, key, res);
     }
     std::filesystem::create_directories(out_dir + "/candidates");
-    const search::Candidate& best = res.best();
+    // Profile after the cache: measurements are this machine's and are never stored.
+    std::optional<search::ProfileResult> prof_res;
+    if (plan.on) {
+      search::ProfileOptions po;
+      po.run.nvcc = plan.nvcc;
+      po.run.arch = cfg.arch;
+      po.run.seed = seed;
+      po.run.repeats = profile_repeats;
+      po.work_dir = out_dir + "/profile";
+      po.threads = threads;
+      if (tty)
+        po.progress = [](const char* phase, int done, int total) {
+          std::fprintf(stderr, "\r\033[K%s %d/%d ...", phase, done, total);
+          std::fflush(stderr);
+        };
+      std::vector<search::Candidate> top(
+          res.ranked.begin(), res.ranked.begin() + std::min<size_t>(plan.k, res.ranked.size()));
+      std::filesystem::remove_all(po.work_dir);
+      prof_res = search::profile_candidates(spec, top, po);
+      if (tty) std::fprintf(stderr, "\r\033[K");
+    }
+    const search::Candidate& model_best = res.best();
+    const search::ProfiledCandidate* measured = prof_res ? prof_res->winner() : nullptr;
+    const search::Candidate& best = measured ? measured->candidate : model_best;
     write_text(out_dir + "/" + spec.name + ".mugraph.json", write_mugraph(best.graph));
     for (size_t i = 0; i < res.ranked.size(); ++i)
       write_text(fmt::format("{}/candidates/{}_{}.mugraph.json", out_dir, i + 1, spec.name),
@@ -106,6 +201,39 @@ void add_optimize(CLI::App& app) {
     report["cache_key"] = key;
     report["from_cache"] = res.from_cache;
     report["config"] = cfg.to_json();
+    nlohmann::json pj = {{"mode", mode}, {"profiled", plan.on}};
+    if (!plan.on) {
+      pj["reason"] = plan.reason;
+    } else {
+      pj["device"] = prof_res->device.empty() ? plan.gpu : prof_res->device;
+      pj["nvcc"] = plan.nvcc;
+      pj["nvcc_version"] = plan.nvcc_version;
+      pj["k"] = plan.k;
+      pj["repeats"] = profile_repeats;
+      pj["winner_by_model"] = model_best.fingerprint;
+      pj["winner_by_measurement"] =
+          measured ? nlohmann::json(measured->candidate.fingerprint) : nlohmann::json();
+      nlohmann::json bugs = nlohmann::json::array();
+      for (const search::ProfiledCandidate* p : prof_res->mismatches())
+        bugs.push_back(p->candidate.fingerprint);
+      pj["gpu_check_failures"] = bugs;
+      pj["candidates"] = search::profile_to_json(*prof_res);
+    }
+    report["profile"] = pj;
+    // Per ranked candidate: its measurement, or nulls where it was not profiled.
+    for (nlohmann::json& c : report["ranked"]) {
+      c["measured_us"] = nullptr;
+      c["gpu_ok"] = nullptr;
+      c["profile_error"] = nullptr;
+      if (!prof_res) continue;
+      for (const search::ProfiledCandidate& p : prof_res->ranked)
+        if (p.candidate.fingerprint == c["fingerprint"]) {
+          c["measured_us"] = p.m.ok() ? nlohmann::json(p.m.us) : nlohmann::json();
+          c["gpu_ok"] = p.m.ok();
+          c["profile_error"] = p.m.ok() ? nlohmann::json() : nlohmann::json(p.m.error);
+        }
+    }
+    report["winner"] = best.fingerprint;
     write_text(out_dir + "/report.json", report.dump(2) + "\n");
     EmitOptions eo;
     eo.arch = cfg.arch;
@@ -113,12 +241,31 @@ void add_optimize(CLI::App& app) {
     eo.source = file;
     write_text(out_dir + "/" + spec.name + ".cu", emit_cuda(best.graph, eo));
     const search::SearchStats& st = res.stats;
-    std::fprintf(stderr,
-                 "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n"
-                 "kiln: best: %d kernel(s), %.2f us modeled (spec %s); %s\n",
-                 spec.name.c_str(), search::stop_reason_name(res.stop), st.elapsed_s,
-                 (long long)st.states, (long long)st.lowered, pruned_str(st.pruned).c_str(),
-                 (long long)st.verified, best.graph.num_kernels(), best.cost.time * 1e6,
+    std::fprintf(
+        stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",
+        spec.name.c_str(), search::stop_reason_name(res.stop), st.elapsed_s, (long long)st.states,
+        (long long)st.lowered, pruned_str(st.pruned).c_str(), (long long)st.verified);
+    if (prof_res) {
+      std::fprintf(stderr, "kiln: measured on %s:\n", pj["device"].get<std::string>().c_str());
+      for (const search::ProfiledCandidate& p : prof_res->ranked)
+        std::fprintf(
+            stderr, "  model #%-2d %s%-9s %8.2f us modeled  %s\n", p.model_rank,
+            p.candidate.is_spec ? "spec " : "     ",
+            p.m.ok() ? fmt::format("{:.2f} us", p.m.us).c_str() : "-", p.candidate.cost.time * 1e6,
+            p.m.ok() ? "ok"
+                     : (std::string(search::profile_status_name(p.m.status)) + ": " + p.m.error)
+                           .c_str());
+      for (const search::ProfiledCandidate* p : prof_res->mismatches())
+        std::fprintf(stderr,
+                     "kiln: BUG: model #%d (%s) passed the verifier but FAILED the GPU check: "
+                     "%s\n",
+                     p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
+      if (!measured)
+        std::fprintf(stderr, "kiln: no candidate could be measured; writing the model's winner\n");
+    }
+    std::fprintf(stderr, "kiln: best: %d kernel(s), %.2f us modeled%s (spec %s); %s\n",
+                 best.graph.num_kernels(), best.cost.time * 1e6,
+                 measured ? fmt::format(", {:.2f} us measured", measured->m.us).c_str() : "",
                  best.is_spec ? "itself" : "beaten", best.verdict.c_str());
     std::printf("%s/%s.mugraph.json\n", out_dir.c_str(), spec.name.c_str());
   });

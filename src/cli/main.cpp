@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
   app.footer(
-      "Exit status: 0 success, 1 failure, 2 invalid input.\n"
+      "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU).\n"
       "Run `kiln COMMAND --help` for a command's options.");
   kiln::cli::add_show(app);
   kiln::cli::add_eval(app);
@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_optimize(app);
   kiln::cli::add_trace(app);
   kiln::cli::add_emit(app);
+  kiln::cli::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

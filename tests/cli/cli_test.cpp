@@ -8,7 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/fake_cuda.h"
 
 namespace {
 
@@ -17,12 +22,12 @@ struct KilnRun {
   std::string out, err;
 };
 
-// Runs `kiln ARGS`, capturing stdout and stderr separately.
-KilnRun kiln(const std::string& args) {
+// Runs a shell command line, capturing stdout and stderr separately.
+KilnRun kiln_cmd(const std::string& line) {
   static int counter = 0;
   std::string errfile = std::string(KILN_BINARY_DIR) + "/cli_test_stderr_" +
                         std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  std::string cmd = std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>" + errfile;
+  std::string cmd = "(" + line + ") 2>" + errfile;
   KilnRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -35,6 +40,11 @@ KilnRun kiln(const std::string& args) {
   r.err.assign(std::istreambuf_iterator<char>(e), {});
   std::filesystem::remove(errfile);
   return r;
+}
+
+// Runs `kiln ARGS`.
+KilnRun kiln(const std::string& args) {
+  return kiln_cmd(std::string(KILN_BINARY_DIR) + "/kiln " + args);
 }
 
 std::string example(const std::string& name) {
@@ -116,3 +126,157 @@ TEST(Cli, EvalIsDeterministicAndAgreesBetweenSpecAndMugraph) {
 }
 
 }  // namespace
+
+// ---- kiln bench, kiln optimize --profile, embedded headers (fake toolchain: support/fake_cuda.h)
+
+namespace {
+
+// Runs `ENV kiln ARGS` (ENV: shell assignments such as PATH=...).
+KilnRun kiln_env(const std::string& env, const std::string& args) {
+  return kiln_cmd(env + " " + std::string(KILN_BINARY_DIR) + "/kiln " + args);
+}
+
+std::string fake_cuda(const std::string& name, const std::map<std::string, std::string>& plan,
+                      bool gpu) {
+  std::filesystem::path dir = std::filesystem::path(KILN_BINARY_DIR) / "cli_fake_cuda" / name;
+  std::filesystem::remove_all(dir);
+  kiln_test::write_fake_cuda(dir, plan, gpu);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST(Cli, BenchHelpDocumentsExitCodes) {
+  KilnRun h = kiln("bench --help");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("--spec"), std::string::npos);
+  EXPECT_NE(h.out.find("3 no nvcc found"), std::string::npos);
+  EXPECT_NE(h.out.find("4 no CUDA GPU visible"), std::string::npos);
+}
+
+TEST(Cli, BenchWithoutNvccWritesTheHarnessAndExitsThree) {
+  std::string keep = std::string(KILN_BINARY_DIR) + "/cli_bench_nonvcc";
+  std::filesystem::remove_all(keep);
+  KilnRun r =
+      kiln_env("CUDACXX=/nonexistent/nvcc", "bench " + example("lora.json") + " --keep " + keep);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_NE(r.err.find("no nvcc found"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(keep + "/harness.cu"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(keep + "/harness.cu"));
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(Cli, BenchWithoutGpuBuildsAndExitsFour) {
+  std::string bin = fake_cuda("nogpu", {{"*", "us=3"}}, false);
+  KilnRun r =
+      kiln_env("PATH=" + bin + ":$PATH", "bench " + example("lora.mugraph.json") + " --spec " +
+                                             example("lora.json") + " --nvcc " + bin + "/nvcc");
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_NE(r.err.find("no CUDA GPU visible (nvidia-smi found none)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/harness --seed 1"), std::string::npos) << r.err;
+}
+
+TEST(Cli, BenchOnAGpuPrintsTheTimeOrFails) {
+  std::string bin = fake_cuda("gpu", {{"*", "us=12.5"}}, true);
+  KilnRun r = kiln_env("PATH=" + bin + ":$PATH",
+                       "bench " + example("lora.json") + " --nvcc " + bin + "/nvcc");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("12.50 us"), std::string::npos) << r.out;
+  std::string bad = fake_cuda("gpu_bad", {{"*", "mismatch"}}, true);
+  KilnRun m = kiln_env("PATH=" + bad + ":$PATH",
+                       "bench " + example("lora.json") + " --nvcc " + bad + "/nvcc");
+  EXPECT_EQ(m.status, 1);
+  EXPECT_NE(m.err.find("mismatch"), std::string::npos) << m.err;
+  // A μGraph without its spec is invalid input.
+  EXPECT_EQ(kiln("bench " + example("lora.mugraph.json")).status, 2);
+}
+
+TEST(Cli, OptimizeProfilesAndWritesTheMeasuredWinner) {
+  // Candidate 2 of the model's ranking measures fastest; the spec (appended) is slowest.
+  std::string bin = fake_cuda("optimize", {{"1", "us=9"}, {"2", "us=2"}, {"*", "us=20"}}, true);
+  std::string out = std::string(KILN_BINARY_DIR) + "/cli_optimize_profile";
+  std::filesystem::remove_all(out);
+  std::string args = "optimize " + example("lora.json") + " -o " + out + " --cache " + out +
+                     "_cache --time-limit 20 --threads 2 --profile 3";
+  KilnRun r = kiln_env("PATH=" + bin + ":$PATH", args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("profiling the top 3"), std::string::npos) << r.err;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(slurp(out + "/lora.mugraph.json"), slurp(out + "/candidates/2_lora.mugraph.json"));
+  nlohmann::json rep = nlohmann::json::parse(slurp(out + "/report.json"));
+  EXPECT_EQ(rep["profile"]["winner_by_measurement"], rep["ranked"][1]["fingerprint"]);
+  EXPECT_EQ(rep["profile"]["winner_by_model"], rep["ranked"][0]["fingerprint"]);
+  EXPECT_EQ(rep["ranked"][1]["measured_us"], 2.0);
+  EXPECT_EQ(rep["ranked"][1]["gpu_ok"], true);
+  EXPECT_EQ(rep["profile"]["device"], "Fake GPU");
+  EXPECT_GE(rep["profile"]["candidates"].size(), 3u);
+  // A cached search is measured again (measurements are this machine's, never cached).
+  KilnRun again = kiln_env("PATH=" + bin + ":$PATH", args);
+  ASSERT_EQ(again.status, 0) << again.err;
+  nlohmann::json rep2 = nlohmann::json::parse(slurp(out + "/report.json"));
+  EXPECT_EQ(rep2["from_cache"], true);
+  EXPECT_EQ(rep2["profile"]["profiled"], true);
+  EXPECT_EQ(rep2["profile"]["winner_by_measurement"], rep["profile"]["winner_by_measurement"]);
+  bool spec_measured = false;
+  for (const auto& c : rep["profile"]["candidates"]) spec_measured |= c["is_spec"].get<bool>();
+  EXPECT_TRUE(spec_measured);
+  // Without a GPU, auto mode says so and ranks by the model; --profile is then an error.
+  std::string nogpu = fake_cuda("optimize_nogpu", {{"*", "us=1"}}, false);
+  KilnRun a =
+      kiln_env("PATH=" + nogpu + ":$PATH", "optimize " + example("lora.json") + " -o " + out +
+                                               "_auto --no-cache --time-limit 20 --threads 2");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_NE(a.err.find("cost model only (no CUDA GPU visible: nvidia-smi found none)"),
+            std::string::npos)
+      << a.err;
+  nlohmann::json ra = nlohmann::json::parse(slurp(out + "_auto/report.json"));
+  EXPECT_EQ(ra["profile"]["profiled"], false);
+  EXPECT_TRUE(ra["ranked"][0]["measured_us"].is_null());
+  KilnRun e = kiln_env("PATH=" + nogpu + ":$PATH",
+                       "optimize " + example("lora.json") + " -o " + out + "_on --profile");
+  EXPECT_EQ(e.status, 2);
+  EXPECT_NE(e.err.find("--profile needs nvcc and a GPU"), std::string::npos) << e.err;
+}
+
+TEST(Cli, EmitNeedsNoSourceTree) {
+  // The device headers are embedded: neither the environment nor the binary's location matters.
+  std::string base = std::string(KILN_BINARY_DIR) + "/cli_embed";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/empty");
+  std::filesystem::create_directories(base + "/elsewhere");
+  std::filesystem::copy_file(std::string(KILN_BINARY_DIR) + "/kiln", base + "/elsewhere/kiln");
+  // A block-graph μGraph's .cu (runtime and kiln_cg.cuh) and a spec's harness (kiln_rng.h).
+  auto emit = [&](const std::string& prefix, const std::string& tag) {
+    int a = kiln_cmd(prefix + " emit " + example("gqa.mugraph.json") + " -o " + base + "/" + tag +
+                     ".cu")
+                .status;
+    int b = kiln_cmd(prefix + " emit " + example("lora.json") + " --harness " + base + "/h" + tag +
+                     ".cu")
+                .status;
+    return a == 0 && b == 0;
+  };
+  std::string kiln_bin = std::string(KILN_BINARY_DIR) + "/kiln";
+  ASSERT_TRUE(emit(kiln_bin, "a"));
+  ASSERT_TRUE(emit("KILN_SOURCE_DIR=" + base + "/empty " + kiln_bin, "b"));
+  ASSERT_TRUE(emit(
+      "cd " + base + "/empty && KILN_SOURCE_DIR=" + base + "/empty " + base + "/elsewhere/kiln",
+      "c"));
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  std::string a = slurp(base + "/a.cu"), ha = slurp(base + "/ha.cu");
+  EXPECT_NE(a.find("namespace kiln"), std::string::npos);
+  EXPECT_TRUE(a == slurp(base + "/b.cu"));
+  EXPECT_TRUE(a == slurp(base + "/c.cu"));
+  EXPECT_TRUE(ha == slurp(base + "/hb.cu"));
+  EXPECT_TRUE(ha == slurp(base + "/hc.cu"));
+  // Exactly the tree's headers, verbatim.
+  std::string rt = slurp(std::string(KILN_SOURCE_DIR) + "/runtime/gemm.cuh");
+  EXPECT_NE(a.find(rt), std::string::npos);
+  EXPECT_NE(ha.find(slurp(std::string(KILN_SOURCE_DIR) + "/codegen/kiln_rng.h")),
+            std::string::npos);
+}

@@ -61,8 +61,8 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
 std::string nvcc_command(const std::string& cu_path, const std::string& out, Arch arch,
                          bool both_archs = true);
 
-// Text of the runtime and codegen device headers, in inlining order (read once from the source
-// tree: $KILN_SOURCE_DIR, else the tree this library was built from).
+// Text of the runtime and codegen device headers, in inlining order (embedded in the binary at
+// build time: cmake/embed_files.cmake; no source tree is read).
 const std::string& device_library_text();
 
 }  // namespace kiln

@@ -1,0 +1,449 @@
+// Profiling candidates on the GPU (profile.h): emit, build in parallel, run one at a time, parse.
+#include "kiln/search/profile.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "kiln/codegen/emit.h"
+#include "kiln/ir/diag.h"
+#include "kiln/search/generator.h"
+
+namespace kiln::search {
+
+namespace fs = std::filesystem;
+
+// ---- running commands ------------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                        "0123456789_./-+=:,@%") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+ProcessResult run_process(const std::string& command, double timeout_s) {
+  ProcessResult r;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    r.output = "cannot create a pipe";
+    return r;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    r.output = "cannot fork";
+    return r;
+  }
+  if (pid == 0) {
+    // The child leads its own process group, so a timeout kills nvcc's or the shell's children.
+    setpgid(0, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(fds[1]);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) {
+      r.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    ssize_t got = read(fds[0], buf, sizeof buf);
+    if (got <= 0) break;  // EOF: every writer (the command and its children) is gone
+    r.output.append(buf, static_cast<size_t>(got));
+  }
+  close(fds[0]);
+  int st = 0;
+  // After EOF the command may still be running (it closed its output): bound the wait too.
+  while (!r.timed_out) {
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) break;
+    if (w < 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      r.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (r.timed_out) {
+    waitpid(pid, &st, 0);
+    r.exit_code = -1;
+    return r;
+  }
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+  return r;
+}
+
+// ---- the toolchain and the device ------------------------------------------------------------
+
+namespace {
+
+bool executable(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) user_error(ErrorCode::Io, "cannot write {}", p.string());
+}
+
+}  // namespace
+
+std::optional<std::string> find_nvcc(const std::string& explicit_path) {
+  if (!explicit_path.empty()) {
+    if (!executable(explicit_path))
+      throw UserError(ErrorCode::Io, "--nvcc " + explicit_path + " is not an executable file");
+    return explicit_path;
+  }
+  // $CUDACXX is a choice the user made: when it names no nvcc, nvcc is not found (as in CMake).
+  if (const char* cx = std::getenv("CUDACXX"); cx && *cx)
+    return executable(cx) ? std::optional<std::string>(cx) : std::nullopt;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':'))
+      if (!dir.empty() && executable(fs::path(dir) / "nvcc"))
+        return (fs::path(dir) / "nvcc").string();
+  }
+  if (executable("/usr/local/cuda/bin/nvcc")) return std::string("/usr/local/cuda/bin/nvcc");
+  return std::nullopt;
+}
+
+std::string nvcc_version(const std::string& nvcc, const ProcessRunner& run) {
+  ProcessResult r = run(shell_quote(nvcc) + " --version", 30);
+  std::stringstream ss(r.output);
+  std::string line, last;
+  while (std::getline(ss, line)) {
+    if (line.find("release") != std::string::npos) return line;
+    if (!line.empty()) last = line;
+  }
+  return last.empty() ? "unknown" : last;
+}
+
+GpuProbe detect_gpu(const ProcessRunner& run) {
+  GpuProbe g;
+  ProcessResult r = run("nvidia-smi -L", 20);
+  if (!r.timed_out && r.exit_code == 0) {
+    std::stringstream ss(r.output);
+    std::string line;
+    while (std::getline(ss, line))
+      if (line.rfind("GPU ", 0) == 0) {
+        g.found = true;
+        g.detail = line;
+        return g;
+      }
+    g.detail = "nvidia-smi found none";
+    return g;
+  }
+  if (!r.timed_out && r.exit_code == 127) {
+    // No nvidia-smi: a device node is the next best sign (containers may lack the tool).
+    if (fs::exists("/dev/nvidia0")) {
+      g.found = true;
+      g.detail = "/dev/nvidia0 (nvidia-smi not found)";
+    } else {
+      g.detail = "no nvidia-smi and no /dev/nvidia0";
+    }
+    return g;
+  }
+  if (r.output.find("No devices") != std::string::npos) {
+    g.detail = "nvidia-smi found none";
+    return g;
+  }
+  g.detail = r.timed_out ? "nvidia-smi timed out"
+                         : fmt::format("nvidia-smi failed (exit {})", r.exit_code);
+  return g;
+}
+
+// ---- one harness -----------------------------------------------------------------------------
+
+const char* profile_status_name(ProfileStatus s) {
+  switch (s) {
+    case ProfileStatus::Ok:
+      return "ok";
+    case ProfileStatus::NotRun:
+      return "not_run";
+    case ProfileStatus::CompileError:
+      return "compile_error";
+    case ProfileStatus::Mismatch:
+      return "mismatch";
+    case ProfileStatus::CudaError:
+      return "cuda_error";
+    case ProfileStatus::NoResult:
+      return "no_result";
+    case ProfileStatus::Timeout:
+      return "timeout";
+  }
+  return "?";
+}
+
+namespace {
+
+const ProcessRunner& runner_of(const HarnessRun& opt) {
+  static const ProcessRunner def = run_process;
+  return opt.runner ? opt.runner : def;
+}
+
+// The first lines of a log, for a one-line error.
+std::string first_error_line(const std::string& log) {
+  std::stringstream ss(log);
+  std::string line;
+  while (std::getline(ss, line))
+    if (line.find("error") != std::string::npos) return line.substr(0, 200);
+  return "";
+}
+
+}  // namespace
+
+Measurement compile_harness(const std::string& dir, const HarnessRun& opt) {
+  Measurement m;
+  fs::path d(dir);
+  m.harness = (d / "harness.cu").string();
+  m.log = (d / "compile.log").string();
+  // The emitter's own build line, with the nvcc we found.
+  std::string line =
+      nvcc_command(shell_quote(m.harness), shell_quote((d / "harness").string()), opt.arch, false);
+  KILN_ASSERT(line.rfind("nvcc ", 0) == 0, "nvcc_command starts with nvcc: {}", line);
+  line = shell_quote(opt.nvcc) + line.substr(4);
+  ProcessResult r = runner_of(opt)(line, opt.compile_timeout_s);
+  write_file(m.log, "$ " + line + "\n" + r.output);
+  if (r.timed_out) {
+    m.status = ProfileStatus::Timeout;
+    m.error = fmt::format("nvcc timed out after {:.0f} s (log: {})", opt.compile_timeout_s, m.log);
+  } else if (r.exit_code != 0 || !executable(d / "harness")) {
+    m.status = ProfileStatus::CompileError;
+    std::string why = first_error_line(r.output);
+    m.error = fmt::format("nvcc failed (exit {}){}{} (log: {})", r.exit_code,
+                          why.empty() ? "" : ": ", why, m.log);
+  }
+  return m;
+}
+
+Measurement parse_harness_output(const ProcessResult& r) {
+  Measurement m;
+  std::stringstream ss(r.output);
+  std::string line, result;
+  while (std::getline(ss, line)) {
+    if (line.rfind("device: ", 0) == 0 && m.device.empty()) {
+      m.device = line.substr(8);
+      if (auto p = m.device.find(" ("); p != std::string::npos) m.device.resize(p);
+    }
+    if (line.rfind("KILN_RESULT ", 0) == 0) result = line;
+  }
+  if (r.timed_out) {
+    m.status = ProfileStatus::Timeout;
+    m.error = "the harness timed out";
+    return m;
+  }
+  if (result.empty()) {
+    m.status = ProfileStatus::NoResult;
+    m.error = fmt::format("no KILN_RESULT line (exit {})", r.exit_code);
+    return m;
+  }
+  // key=value fields; error= (CUDA's message) runs to the end of the line.
+  std::string cuda_error;
+  if (auto p = result.find(" error="); p != std::string::npos) {
+    cuda_error = result.substr(p + 7);
+    result.resize(p);
+  }
+  std::map<std::string, std::string> kv;
+  std::stringstream fields(result.substr(12));
+  std::string f;
+  while (fields >> f)
+    if (auto eq = f.find('='); eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
+  auto num = [&](const char* k) {
+    auto it = kv.find(k);
+    if (it == kv.end()) return std::nan("");
+    char* end = nullptr;
+    double v = std::strtod(it->second.c_str(), &end);
+    return end && *end == 0 ? v : std::nan("");
+  };
+  double err = num("err"), us = num("us");
+  m.err = std::isnan(err) ? -1 : err;
+  if (r.exit_code == 2 || !cuda_error.empty()) {
+    m.status = ProfileStatus::CudaError;
+    m.error = "CUDA error: " + (cuda_error.empty() ? std::string("(exit 2)") : cuda_error);
+  } else if (kv["ok"] != "1" || r.exit_code == 1) {
+    m.status = ProfileStatus::Mismatch;
+    m.error = fmt::format("output differs from the float64 reference of the spec (max rel err {})",
+                          kv.count("err") ? kv["err"] : "?");
+  } else if (r.exit_code != 0) {
+    m.status = ProfileStatus::NoResult;
+    m.error = fmt::format("the harness exited with {}", r.exit_code);
+  } else if (!(us > 0) || !std::isfinite(us)) {
+    m.status = ProfileStatus::NoResult;
+    m.error = "KILN_RESULT has no timing (us=" + kv["us"] + ")";
+  } else {
+    m.status = ProfileStatus::Ok;
+    m.us = us;
+  }
+  return m;
+}
+
+Measurement run_harness(const std::string& dir, const HarnessRun& opt) {
+  fs::path d(dir);
+  std::string cmd = fmt::format("cd {} && ./harness --seed {} --checks {} --repeats {}",
+                                shell_quote(d.string()), opt.seed, opt.checks, opt.repeats);
+  ProcessResult r = runner_of(opt)(cmd, opt.run_timeout_s);
+  Measurement m = parse_harness_output(r);
+  m.harness = (d / "harness.cu").string();
+  m.log = (d / "run.log").string();
+  write_file(m.log, "$ " + cmd + "\n" + r.output);
+  if (m.status == ProfileStatus::Timeout)
+    m.error = fmt::format("the harness timed out after {:.0f} s", opt.run_timeout_s);
+  if (!m.ok()) m.error += " (log: " + m.log + ")";
+  return m;
+}
+
+// ---- the profiling pass ----------------------------------------------------------------------
+
+const ProfiledCandidate* ProfileResult::winner() const {
+  return !ranked.empty() && ranked.front().m.ok() ? &ranked.front() : nullptr;
+}
+
+std::vector<const ProfiledCandidate*> ProfileResult::mismatches() const {
+  std::vector<const ProfiledCandidate*> v;
+  for (const ProfiledCandidate& p : ranked)
+    if (p.m.status == ProfileStatus::Mismatch) v.push_back(&p);
+  return v;
+}
+
+ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Candidate>& candidates,
+                                 const ProfileOptions& opt) {
+  ProfileResult res;
+  std::vector<ProfiledCandidate>& all = res.ranked;
+  std::set<std::string> seen;
+  for (const Candidate& c : candidates)
+    if (seen.insert(c.fingerprint).second) all.push_back({c, static_cast<int>(all.size()) + 1, {}});
+  // The spec's own kernel graph is always valid, so there is always something to fall back on.
+  Candidate sc;
+  sc.graph = spec;
+  sc.graph.arch = opt.run.arch;
+  sc.fingerprint = fingerprint(sc.graph);
+  if (!seen.count(sc.fingerprint)) {
+    sc.cost = estimate_cost(sc.graph, target_for(opt.run.arch));
+    sc.is_spec = true;
+    sc.verified = true;
+    sc.verdict = "the spec itself";
+    all.push_back({std::move(sc), static_cast<int>(all.size()) + 1, {}});
+  }
+  const int n = static_cast<int>(all.size());
+
+  // Emit every harness (cheap, here), then compile in parallel.
+  std::vector<std::string> dirs(n);
+  for (int i = 0; i < n; ++i) {
+    ProfiledCandidate& p = all[i];
+    dirs[i] =
+        (fs::path(opt.work_dir) / (p.candidate.is_spec ? fmt::format("{:02d}_spec", p.model_rank)
+                                                       : fmt::format("{:02d}", p.model_rank)))
+            .string();
+    fs::create_directories(dirs[i]);
+    HarnessOptions ho;
+    ho.emit.arch = opt.run.arch;
+    ho.emit.verdict = p.candidate.verdict;
+    ho.emit.source = fmt::format("candidate {} ({})", p.model_rank, p.candidate.fingerprint);
+    ho.seed = opt.run.seed;
+    ho.checks = opt.run.checks;
+    ho.repeats = opt.run.repeats;
+    write_file(fs::path(dirs[i]) / "harness.cu", emit_harness(p.candidate.graph, spec, ho));
+    p.m.harness = (fs::path(dirs[i]) / "harness.cu").string();
+  }
+  int workers = opt.threads > 0 ? opt.threads : int(std::thread::hardware_concurrency());
+  workers = std::clamp(workers, 1, n);
+  std::atomic<int> next{0}, done{0};
+  std::vector<Measurement> built(n);
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (int i; (i = next++) < n;) {
+        built[i] = compile_harness(dirs[i], opt.run);
+        ++done;
+      }
+    });
+  // Progress from this thread only: the callback need not be thread-safe.
+  int shown = -1;
+  while (done.load() < n) {
+    if (opt.progress && done.load() != shown) opt.progress("compiling", shown = done.load(), n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (std::thread& t : pool) t.join();
+  if (opt.progress) opt.progress("compiling", n, n);
+
+  // Run one at a time: concurrent harnesses would time each other.
+  for (int i = 0; i < n; ++i) {
+    if (opt.progress) opt.progress("profiling", i, n);
+    all[i].m = built[i].status == ProfileStatus::NotRun ? run_harness(dirs[i], opt.run) : built[i];
+    if (res.device.empty()) res.device = all[i].m.device;
+  }
+  if (opt.progress) opt.progress("profiling", n, n);
+
+  std::stable_sort(all.begin(), all.end(),
+                   [](const ProfiledCandidate& a, const ProfiledCandidate& b) {
+                     if (a.m.ok() != b.m.ok()) return a.m.ok();
+                     if (a.m.ok() && a.m.us != b.m.us) return a.m.us < b.m.us;
+                     return a.model_rank < b.model_rank;
+                   });
+  return res;
+}
+
+nlohmann::json profile_to_json(const ProfileResult& r) {
+  nlohmann::json cs = nlohmann::json::array();
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const ProfiledCandidate& p = r.ranked[i];
+    cs.push_back({{"measured_rank", p.m.ok() ? nlohmann::json(int(i) + 1) : nlohmann::json()},
+                  {"model_rank", p.model_rank},
+                  {"fingerprint", p.candidate.fingerprint},
+                  {"is_spec", p.candidate.is_spec},
+                  {"kernels", p.candidate.graph.num_kernels()},
+                  {"model_us", p.candidate.cost.time * 1e6},
+                  {"measured_us", p.m.ok() ? nlohmann::json(p.m.us) : nlohmann::json()},
+                  {"gpu_ok", p.m.ok()},
+                  {"status", profile_status_name(p.m.status)},
+                  {"max_rel_err", p.m.err >= 0 ? nlohmann::json(p.m.err) : nlohmann::json()},
+                  {"profile_error", p.m.ok() ? nlohmann::json() : nlohmann::json(p.m.error)},
+                  {"harness", p.m.harness},
+                  {"log", p.m.log}});
+  }
+  return cs;
+}
+
+}  // namespace kiln::search

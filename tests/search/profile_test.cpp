@@ -1,0 +1,222 @@
+// The profiling pass (search/profile.h) on a fake toolchain: candidates are re-ranked by measured
+// time, every kind of failure is reported and never wins, the spec is always measured, and the
+// toolchain lookups behave as documented. No GPU or real nvcc is needed.
+#include "kiln/search/profile.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "../support/fake_cuda.h"
+#include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
+#include "kiln/search/generator.h"
+
+namespace kiln::search {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string example(const std::string& name) {
+  return std::string(KILN_SOURCE_DIR) + "/examples/" + name;
+}
+
+struct Fixture {
+  fs::path dir;
+  KernelGraph spec;
+  std::vector<Candidate> cands;
+  ProfileOptions opt;
+
+  // n candidates (the lora μGraph under distinct fingerprints), a fake toolchain with `plan`.
+  Fixture(const std::string& test, int n, const std::map<std::string, std::string>& plan) {
+    dir = fs::path(KILN_BINARY_DIR) / "profile_test" / test;
+    fs::remove_all(dir);
+    kiln_test::write_fake_cuda(dir / "bin", plan);
+    spec = parse_spec_file(example("lora.json"));
+    KernelGraph g = load_graph_file(example("lora.mugraph.json"));
+    for (int i = 0; i < n; ++i) {
+      Candidate c;
+      c.graph = g;
+      c.fingerprint = "cand" + std::to_string(i + 1);
+      c.verified = true;
+      cands.push_back(c);
+    }
+    opt.run.nvcc = (dir / "bin" / "nvcc").string();
+    opt.work_dir = (dir / "work").string();
+    opt.threads = 2;
+  }
+};
+
+std::vector<int> model_ranks(const ProfileResult& r) {
+  std::vector<int> v;
+  for (const ProfiledCandidate& p : r.ranked) v.push_back(p.model_rank);
+  return v;
+}
+
+TEST(Profile, RanksByMeasuredTimeAndAlwaysIncludesTheSpec) {
+  // Candidate 4 is the spec, appended because no candidate has its fingerprint.
+  Fixture f("rank", 3, {{"1", "us=9.5"}, {"2", "us=3.25"}, {"3", "us=7"}, {"4", "us=5"}});
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  ASSERT_EQ(r.ranked.size(), 4u);
+  EXPECT_EQ(model_ranks(r), (std::vector<int>{2, 4, 3, 1}));
+  ASSERT_NE(r.winner(), nullptr);
+  EXPECT_EQ(r.winner()->candidate.fingerprint, "cand2");
+  EXPECT_DOUBLE_EQ(r.winner()->m.us, 3.25);
+  EXPECT_TRUE(r.ranked[1].candidate.is_spec);
+  EXPECT_EQ(r.ranked[1].candidate.fingerprint, fingerprint(r.ranked[1].candidate.graph));
+  EXPECT_EQ(r.device, "Fake GPU");
+  EXPECT_TRUE(r.mismatches().empty());
+  nlohmann::json j = profile_to_json(r);
+  EXPECT_EQ(j[0]["measured_us"], 3.25);
+  EXPECT_EQ(j[0]["gpu_ok"], true);
+  EXPECT_TRUE(j[0]["profile_error"].is_null());
+}
+
+TEST(Profile, TheSpecIsNotProfiledTwice) {
+  Fixture f("dedup", 2, {{"1", "us=4"}, {"2", "us=2"}, {"3", "us=1"}});
+  Candidate s;
+  s.graph = f.spec;
+  s.graph.arch = f.opt.run.arch;
+  s.fingerprint = fingerprint(s.graph);
+  s.is_spec = true;
+  f.cands.push_back(s);
+  f.cands.push_back(f.cands[0]);  // a duplicate fingerprint
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  EXPECT_EQ(r.ranked.size(), 3u);
+  EXPECT_TRUE(r.winner()->candidate.is_spec);
+}
+
+TEST(Profile, FailuresAreReportedAndNeverWin) {
+  Fixture f("failures", 5,
+            {{"1", "compile_fail"},
+             {"2", "mismatch"},
+             {"3", "no_result"},
+             {"4", "cuda_error"},
+             {"5", "us=50"},
+             {"6", "us=60"}});
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  ASSERT_EQ(r.ranked.size(), 6u);
+  // The slow correct ones first, then the failures in model order.
+  EXPECT_EQ(model_ranks(r), (std::vector<int>{5, 6, 1, 2, 3, 4}));
+  EXPECT_EQ(r.winner()->model_rank, 5);
+  const Measurement& ce = r.ranked[2].m;
+  EXPECT_EQ(ce.status, ProfileStatus::CompileError);
+  EXPECT_NE(ce.error.find("fake compile failure"), std::string::npos) << ce.error;
+  EXPECT_TRUE(fs::exists(ce.log));
+  EXPECT_NE(ce.error.find(ce.log), std::string::npos);
+  EXPECT_EQ(r.ranked[3].m.status, ProfileStatus::Mismatch);
+  EXPECT_EQ(r.ranked[4].m.status, ProfileStatus::NoResult);
+  EXPECT_EQ(r.ranked[5].m.status, ProfileStatus::CudaError);
+  EXPECT_NE(r.ranked[5].m.error.find("no CUDA-capable device"), std::string::npos);
+  ASSERT_EQ(r.mismatches().size(), 1u);
+  EXPECT_EQ(r.mismatches()[0]->model_rank, 2);
+}
+
+TEST(Profile, NothingMeasuredMeansNoWinner) {
+  Fixture f("none", 1, {{"*", "cuda_error"}});
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  EXPECT_EQ(r.winner(), nullptr);
+  EXPECT_EQ(model_ranks(r), (std::vector<int>{1, 2}));  // model order kept
+}
+
+TEST(Profile, AHangingHarnessTimesOut) {
+  Fixture f("timeout", 1, {{"1", "hang"}, {"2", "us=1"}});
+  f.opt.run.run_timeout_s = 0.5;
+  auto t0 = std::chrono::steady_clock::now();
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 20);
+  EXPECT_TRUE(r.winner()->candidate.is_spec);
+  EXPECT_EQ(r.ranked[1].m.status, ProfileStatus::Timeout);
+  EXPECT_NE(r.ranked[1].m.error.find("timed out"), std::string::npos);
+}
+
+TEST(Profile, ProgressCountsUp) {
+  Fixture f("progress", 2, {{"*", "us=2"}});
+  std::vector<std::string> seen;
+  f.opt.progress = [&](const char* phase, int done, int total) {
+    seen.push_back(std::string(phase) + std::to_string(done) + "/" + std::to_string(total));
+  };
+  profile_candidates(f.spec, f.cands, f.opt);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), "profiling3/3");
+  EXPECT_NE(std::find(seen.begin(), seen.end(), "compiling3/3"), seen.end());
+}
+
+TEST(Profile, ParsesHarnessOutput) {
+  Measurement ok = parse_harness_output(
+      {0, false,
+       "device: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, L2 50 MB)\ncheck ...\n"
+       "KILN_RESULT name=lora ok=1 err=2.500e-04 us=12.75 calls=20 copies=8\n"});
+  EXPECT_TRUE(ok.ok());
+  EXPECT_DOUBLE_EQ(ok.us, 12.75);
+  EXPECT_DOUBLE_EQ(ok.err, 2.5e-4);
+  EXPECT_EQ(ok.device, "NVIDIA H100 80GB HBM3");
+  // A clean exit with ok=0 is still a mismatch; a timing of nan is no result.
+  EXPECT_EQ(parse_harness_output({0, false, "KILN_RESULT name=a ok=0 err=1 us=3 calls=1 copies=1"})
+                .status,
+            ProfileStatus::Mismatch);
+  EXPECT_EQ(
+      parse_harness_output({0, false, "KILN_RESULT name=a ok=1 err=0 us=nan calls=0 copies=0"})
+          .status,
+      ProfileStatus::NoResult);
+  EXPECT_EQ(parse_harness_output({139, false, "Segmentation fault"}).status,
+            ProfileStatus::NoResult);
+  EXPECT_EQ(parse_harness_output({-1, true, ""}).status, ProfileStatus::Timeout);
+}
+
+TEST(Profile, RunProcessCapturesOutputAndKillsOnTimeout) {
+  ProcessResult r = run_process("echo out; echo err >&2; exit 3", 10);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.output.find("out"), std::string::npos);
+  EXPECT_NE(r.output.find("err"), std::string::npos);
+  auto t0 = std::chrono::steady_clock::now();
+  ProcessResult t = run_process("sleep 30 & sleep 30", 0.3);
+  EXPECT_TRUE(t.timed_out);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5);
+  EXPECT_EQ(shell_quote("a/b-c.cu"), "a/b-c.cu");
+  EXPECT_EQ(run_process("echo " + shell_quote("it's $HOME"), 5).output, "it's $HOME\n");
+}
+
+TEST(Profile, DetectsTheGpuThroughTheRunner) {
+  auto fake = [](std::string out, int code) {
+    return [=](const std::string& cmd, double) {
+      EXPECT_EQ(cmd, "nvidia-smi -L");
+      return ProcessResult{code, false, out};
+    };
+  };
+  GpuProbe yes = detect_gpu(fake("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n", 0));
+  EXPECT_TRUE(yes.found);
+  EXPECT_EQ(yes.detail, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)");
+  GpuProbe none = detect_gpu(fake("No devices were found\n", 6));
+  EXPECT_FALSE(none.found);
+  EXPECT_EQ(none.detail, "nvidia-smi found none");
+  EXPECT_FALSE(detect_gpu(fake("", 0)).found);
+}
+
+TEST(Profile, FindsNvccInTheDocumentedOrder) {
+  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "find";
+  kiln_test::write_fake_cuda(dir, {});
+  std::string nvcc = (dir / "nvcc").string();
+  const char* old_cx = std::getenv("CUDACXX");
+  std::string saved_cx = old_cx ? old_cx : "";
+  std::string saved_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  EXPECT_EQ(find_nvcc(nvcc), nvcc);
+  EXPECT_THROW(find_nvcc((dir / "missing").string()), UserError);
+  setenv("CUDACXX", nvcc.c_str(), 1);
+  EXPECT_EQ(find_nvcc(), nvcc);
+  setenv("CUDACXX", (dir / "missing").c_str(), 1);
+  EXPECT_EQ(find_nvcc(), std::nullopt);  // a wrong $CUDACXX is not silently replaced
+  unsetenv("CUDACXX");
+  setenv("PATH", (dir.string() + ":" + saved_path).c_str(), 1);
+  EXPECT_EQ(find_nvcc(), nvcc);
+  EXPECT_EQ(nvcc_version(nvcc), "Cuda compilation tools, release 99.9, V99.9.1");
+  setenv("PATH", saved_path.c_str(), 1);
+  if (old_cx) setenv("CUDACXX", saved_cx.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace kiln::search
