@@ -1377,7 +1377,8 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
         kp.grid = ceil_div(kp.contraction->m, 128) * ceil_div(kp.contraction->n, 128);
         kp.threads = 384;
       }
-      block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
+      if (!kp.contraction)
+        block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     } else {
       const OpClass c = op_info(op.kind).cls;
       const TensorDesc& out = g.tensor(op.outputs[0]);
