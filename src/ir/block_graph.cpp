@@ -287,29 +287,67 @@ BlockResources block_resources(const BlockGraph& bg) {
   auto regs = [&](const Shape& s) {
     return static_cast<int>((numel(s) + bg.block_threads - 1) / bg.block_threads);
   };
-  for (size_t i = 0; i < bg.ops.size(); ++i) {
+  const int n = static_cast<int>(bg.ops.size());
+  std::vector<std::vector<int>> consumers(n);
+  for (int c = 0; c < n; ++c)
+    for (int in : bg.ops[c].inputs)
+      if (consumers[in].empty() || consumers[in].back() != c) consumers[in].push_back(c);
+  auto cls = [&](int i) { return op_info(bg.ops[i].kind).cls; };
+  auto elementwise = [&](int i) {
+    OpClass c = cls(i);
+    return c == OpClass::Unary || c == OpClass::Binary || c == OpClass::Fused;
+  };
+  auto same_padded = [](Shape a, Shape b) {
+    while (a.size() < b.size()) a.insert(a.begin(), 1);
+    while (b.size() < a.size()) b.insert(b.begin(), 1);
+    return a == b;
+  };
+  // Consumer c reads each element of i once, in i's stage (so i can be recomputed inside c).
+  auto read_once = [&](int i, int c) {
+    switch (cls(c)) {
+      case OpClass::Unary:
+      case OpClass::Binary:
+      case OpClass::Fused:
+        return bg.ops[c].stage == bg.ops[i].stage && same_padded(bg.ops[i].shape, bg.ops[c].shape);
+      case OpClass::Reduce:
+        return bg.ops[c].stage == bg.ops[i].stage;
+      case OpClass::Output:
+        return true;
+      default:
+        return false;
+    }
+  };
+  for (int i = 0; i < n; ++i) {
     const BlockOp& op = bg.ops[i];
-    const OpInfo& info = op_info(op.kind);
-    if (info.cls == OpClass::Output) continue;
-    if (info.cls == OpClass::Input) {
+    const OpClass c = cls(i);
+    if (c == OpClass::Output) continue;
+    if (c == OpClass::Input) {
       r.smem_bytes += numel(op.shape) * dtype_bytes(bg.inputs[op.io].dtype);
       continue;
     }
-    if (info.cls == OpClass::Accum) {
+    if (c == OpClass::Accum) {
       r.regs_per_thread += regs(op.shape);
       continue;
     }
-    bool consumed = false, only_accums = true;
-    for (const BlockOp& c : bg.ops)
-      for (int in : c.inputs)
-        if (in == static_cast<int>(i)) {
-          consumed = true;
-          only_accums &= op_info(c.kind).cls == OpClass::Accum;
-        }
-    if (consumed && only_accums)
+    const std::vector<int>& cs = consumers[i];
+    bool only_accums = !cs.empty();
+    for (int k : cs) only_accums &= cls(k) == OpClass::Accum;
+    if (only_accums) {
       r.regs_per_thread += regs(op.shape);
-    else
-      r.smem_bytes += numel(op.shape) * 4;
+      continue;
+    }
+    // Elementwise tiles recomputed inside their readers take no storage: one reader that reads
+    // each element once in the same stage, or up to four such readers of an op whose operands
+    // are input tiles and constants (recomputing it costs less than staging it).
+    if (elementwise(i) && !cs.empty()) {
+      bool all_once = true;
+      for (int k : cs) all_once &= read_once(i, k);
+      bool over_inputs = cls(i) != OpClass::Fused;
+      for (int in : op.inputs)
+        over_inputs &= cls(in) == OpClass::Input || cls(in) == OpClass::Constant;
+      if (all_once && (cs.size() == 1 || (cs.size() <= 4 && over_inputs))) continue;
+    }
+    r.smem_bytes += numel(op.shape) * 4;
   }
   return r;
 }

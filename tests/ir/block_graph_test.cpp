@@ -125,11 +125,34 @@ TEST(BlockGraph, TilesFeedingOnlyAccumulatorsCountAsRegisters) {
   int w = b.input(1, {-1}, {0});          // [64, 64] f16 = 8192 B
   int m = b.op(OpKind::MatMul, {x, w});   // [16, 64] -> 8 regs (only feeds the accumulator)
   int acc = b.op(OpKind::AccumSum, {m});  // 8 regs
-  int e = b.op(OpKind::Exp, {acc});       // [16, 64] f32 staging = 4096 B
+  int e = b.op(OpKind::Exp, {acc});       // [16, 64], two readers, not of inputs: 4096 B
   b.output(e, {-1}, {-1}, DType::F16, "O");
+  Attrs rows;
+  rows.dim = 1;
+  int s = b.op(OpKind::Sum, {e}, rows);  // [16, 1] reduction: 64 B
+  b.output(s, {-1}, {-1}, DType::F32, "S");
   BlockResources r = block_resources(std::move(b).finish());
-  EXPECT_EQ(r.smem_bytes, 2048 + 8192 + 4096);
+  EXPECT_EQ(r.smem_bytes, 2048 + 8192 + 4096 + 64);
   EXPECT_EQ(r.regs_per_thread, 32 + 8 + 8);
+}
+
+// Elementwise tiles that the emitter recomputes inside their readers take no shared memory: one
+// reader that reads each element once in the same stage, or up to four readers of an op of
+// input tiles (h = x + r read by a saver, a square and a product).
+TEST(BlockGraph, RecomputedElementwiseTilesTakeNoStorage) {
+  std::vector<TensorDesc> in = {{"X", {1, 1024}, DType::F16}, {"R", {1, 1024}, DType::F16}};
+  BlockGraphBuilder b({1}, 128, {}, in);
+  int x = b.input(0, {-1}, {});       // 2048 B
+  int r = b.input(1, {-1}, {});       // 2048 B
+  int h = b.op(OpKind::Add, {x, r});  // 3 readers, operands are inputs: 0 B
+  b.output(h, {-1}, {}, DType::F16, "H");
+  int sq = b.op(OpKind::Square, {h});  // one reader (the sum): 0 B
+  Attrs rows;
+  rows.dim = 1;
+  int ss = b.op(OpKind::Sum, {sq}, rows);  // [1, 1]: 4 B
+  int o = b.op(OpKind::Mul, {h, ss});      // one reader (the saver): 0 B
+  b.output(o, {-1}, {}, DType::F16, "O");
+  EXPECT_EQ(block_resources(std::move(b).finish()).smem_bytes, 2048 + 2048 + 4);
 }
 
 TEST(BlockGraph, RejectsBadLaunchShapes) {
