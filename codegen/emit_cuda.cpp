@@ -305,7 +305,7 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   if (kp.strategy == "gemv") {
     int mt = static_cast<int>(cdiv(M, 8));
     if (kp.splits > 1) {
-      int64_t col_blocks = cdiv(N, 128);
+      int64_t col_blocks = cdiv(N, 64 * kp.gemv_warps_n);
       L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
       L.f("int* counters = reinterpret_cast<int*>(ws + {});",
           kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);
@@ -319,10 +319,10 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     // GPU timings found fastest on every suite weight shape (docs/runtime.md); UNROLL 4 held
     // too many registers for two blocks per SM.
     int unroll = mt >= 4 ? 1 : 2;
-    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, 2, 4, {}, 2>({}, {}, {}, {}, {}, {}, {}, {}, "
-        "{}, {}, {}, gw, counters, stream);",
-        TA, TO, mt, unroll, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
-        x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
+    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, {}, {}, {}, 2>({}, {}, {}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, gw, counters, stream);",
+        TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, x.ptr(op.inputs[0]), K,
+        x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
     L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
     L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 4>, {}, "

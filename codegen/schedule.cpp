@@ -1438,13 +1438,21 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
           if (tc && batch == 1 && M <= 32 && K % 4 == 0 && N % 8 == 0 &&
               (N * dtype_bytes(out.dtype)) % 16 == 0) {
             kp.strategy = "gemv";
+            // Blocks of 2 x 4 warps (128 columns, split-K across blocks to fill the SMs); where
+            // 64-column blocks of 1 x 8 warps already give 1.5 blocks per SM, those without
+            // split-K: no partials, no counter reset (an extra graph node), no second pass
+            // (H100, session 1: 16x16384 x 16384x13312 147.8 us, 16x6656 x 6656x16384 74.9).
             int warps_n = 2, warps_k = 4;
+            if (2 * ceil_div(N, 64) >= 3 * int64_t(t.sm_count)) warps_n = 1, warps_k = 8;
+            kp.gemv_warps_n = warps_n;
+            kp.gemv_warps_k = warps_k;
             int64_t col_blocks = ceil_div(N, 64 * warps_n);
             int64_t target = int64_t(t.sm_count) * 2;
             // At most one wave at two blocks per SM (the kernel is launched with
             // MIN_BLOCKS = 2): a few blocks past the wave cost a whole second round trip
             // (measured on the H100: 18x15 blocks for N = 2304 ran 39 us, 18x14 29 us).
             int splits = static_cast<int>(std::max<int64_t>(1, target / col_blocks));
+            if (warps_n == 1) splits = 1;
             splits = static_cast<int>(
                 std::min<int64_t>(splits, std::max<int64_t>(1, K / (256 * warps_k))));
             int64_t chunk = align_up(ceil_div(K, splits), 16);

@@ -9,23 +9,36 @@ baselines file the best torch us and Kiln/torch."""
 import glob
 import json
 import os
+import re
 import sys
 
 
 def torch_best(path):
+    """(case, size) -> best torch us over every variant (gqa and gqa.sdpa), and the floor."""
     if not path or not os.path.exists(path):
         return {}
-    data = json.load(open(path))
     best = {}
-    for row in data if isinstance(data, list) else data.get("results", data.get("cases", [])):
-        if not isinstance(row, dict):
+    for row in json.load(open(path)).get("rows", []):
+        key = (row["case"].split(".")[0], int(row["size"]))
+        us = row.get("best_torch_us")
+        if us is None:
             continue
-        case = row.get("case") or row.get("name")
-        size = row.get("size")
-        us = row.get("best_us") or row.get("best")
-        if case and us:
-            best[(case, str(size))] = float(us)
+        old = best.get(key)
+        best[key] = (min(us, old[0]) if old else us, row.get("floor_us"))
     return best
+
+
+def suite_key(name):
+    """examples/<name>.json -> the baseline script's (case, size)."""
+    m = re.match(r"^(skinny_gemm_n\d+_k\d+)_m(\d+)$", name)
+    if m:
+        return m.group(1), int(m.group(2))
+    if name == "skinny_gemm":
+        return "skinny_gemm_n2304_k16384", 1
+    m = re.match(r"^(.*)_(?:n|m|bs)(\d+)$", name)
+    if m:
+        return m.group(1), int(m.group(2))
+    return name, 16 if name == "lora" else 1
 
 
 def main():
@@ -44,8 +57,9 @@ def main():
         win = min(ok, key=lambda c: c.get("measured_us", 1e9)) if ok else None
         def us(c):
             return "%.2f" % c["measured_us"] if c and c.get("measured_us") is not None else "-"
-        t = "-"
-        ratio = "-"
+        tb = base.get(suite_key(case))
+        t = "%.2f" % tb[0] if tb else "-"
+        ratio = "%.2f" % (win["measured_us"] / tb[0]) if tb and win else "-"
         print("\t".join([case, str(len(ok)), str(len(failed)), us(spec), us(by_model), us(win),
                          str(win.get("model_rank")) if win else "-",
                          "%.2f" % win["model_us"] if win and win.get("model_us") else "-", t, ratio]))

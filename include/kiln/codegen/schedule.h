@@ -147,8 +147,9 @@ struct KernelPlan {
   int64_t grid = 0;
   int threads = 0;
   int64_t smem = 0;
-  int splits = 1;               // gemv split-K
-  int64_t scratch_offset = -1;  // workspace bytes the kernel needs for itself
+  int splits = 1;                          // gemv split-K
+  int gemv_warps_n = 2, gemv_warps_k = 4;  // gemv block: warps along N (64 columns each) and K
+  int64_t scratch_offset = -1;             // workspace bytes the kernel needs for itself
   int64_t scratch_bytes = 0;
 };
 
