@@ -415,7 +415,19 @@ Lowered instantiate(const PGraph& g, const std::vector<int>& group, const Schedu
       bb.op(o.op.kind, o.inputs, o.op.attrs, fmt::format("e{}_{}", p, op_name(o.op.kind)));
     }
     add_savers(bb, g, s, io, r.saves);
-    return fuse_block(bb.peek(), target, max_block_ops);
+    // Abstract expressions forget indices: a tile can match an output's expression with the
+    // wrong shape (another dim reduced, keepdim). The device tensors must be the group's.
+    const BlockGraph& bg = bb.peek();
+    for (size_t k = 0; k < io.outputs.size(); ++k) {
+      int o = io.outputs[k];
+      if (bg.outputs[k].shape != g.nodes[o].shape) {
+        res.failure = LowerFailure::Map;
+        res.message = fmt::format("{} saved as {}, expected {}", g.nodes[o].name,
+                                  shape_str(bg.outputs[k].shape), shape_str(g.nodes[o].shape));
+        return res;
+      }
+    }
+    return fuse_block(bg, target, max_block_ops);
   } catch (const UserError& e) {
     res.failure = e.code() == ErrorCode::Resource    ? LowerFailure::Resource
                   : e.code() == ErrorCode::Structure ? LowerFailure::Stage

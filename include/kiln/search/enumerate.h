@@ -80,7 +80,7 @@ struct EnumState {
 
 struct EnumOptions {
   int max_ops = 8;             // compute ops added to the fed tiles (savers not counted)
-  int64_t max_states = 3000;   // states per enumeration (one group, one schedule class)
+  int64_t max_states = 1500;   // states per enumeration (one group, one schedule class)
   int max_results = 8;         // complete recipes kept
   std::vector<VocabOp> extra;  // extra vocabulary (tests: an op the spec lacks)
   bool record_states = true;   // fill EnumResult::states (for the trace)
