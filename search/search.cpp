@@ -355,7 +355,13 @@ class BranchRunner {
       while (class_of(scheds[rep]) != cl) ++rep;
       if (group_op_count(v_, grp, cl.second >= 0) > cfg_.enumerate_opts.max_ops) continue;
       EnumResult er = enumerate_block_graphs(v_, grp, scheds[rep], exprs_, enum_pruner_, target_,
-                                             cfg_.enumerate_opts, [this] { return sh_.stopped(); });
+                                             cfg_.enumerate_opts, [this] {
+                                               // Without a trace, enumeration states do not
+                                               // pass through count_state(): check the clock.
+                                               if (Clock::now() >= sh_.deadline)
+                                                 sh_.halt(StopReason::TimeLimit);
+                                               return sh_.stopped();
+                                             });
       // Trace: every enumeration state, under the group.
       std::vector<int64_t> ids(er.states_log.size());
       for (size_t i = 0; i < er.states_log.size(); ++i) {
@@ -371,7 +377,7 @@ class BranchRunner {
       out_.stats.enum_states += er.states;
       if (!cfg_.enumerate_opts.record_states) {
         out_.stats.states += er.states;
-        sh_.states += er.states;
+        if ((sh_.states += er.states) >= cfg_.max_states) sh_.halt(StopReason::StateLimit);
       }
       out_.stats.enum_recipes += static_cast<int64_t>(er.recipes.size());
       for (const BlockRecipe& rc : er.recipes)
@@ -496,7 +502,14 @@ class BranchRunner {
         enumerated |= rs[i]->kept[pick[i]].enumerated;
       }
       Candidate c;
-      c.graph = assemble(v_, ks, cfg_.arch);
+      try {
+        c.graph = assemble(v_, ks, cfg_.arch);
+      } catch (const UserError& e) {
+        // Kernels are checked one by one; a mismatch between them is a generator bug, but it
+        // costs this candidate only, not the search.
+        prune(ps, "partition", "assemble", e.render());
+        continue;
+      }
       c.cost = estimate_cost(c.graph, target_);
       c.fingerprint = fingerprint(c.graph);
       c.rewrites = v_.rewrites;
