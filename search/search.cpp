@@ -354,14 +354,13 @@ class BranchRunner {
       size_t rep = 0;
       while (class_of(scheds[rep]) != cl) ++rep;
       if (group_op_count(v_, grp, cl.second >= 0) > cfg_.enumerate_opts.max_ops) continue;
+      // Without a trace, enumeration states do not pass through count_state(): check the clock.
+      auto stop = [this] {
+        if (Clock::now() >= sh_.deadline) sh_.halt(StopReason::TimeLimit);
+        return sh_.stopped();
+      };
       EnumResult er = enumerate_block_graphs(v_, grp, scheds[rep], exprs_, enum_pruner_, target_,
-                                             cfg_.enumerate_opts, [this] {
-                                               // Without a trace, enumeration states do not
-                                               // pass through count_state(): check the clock.
-                                               if (Clock::now() >= sh_.deadline)
-                                                 sh_.halt(StopReason::TimeLimit);
-                                               return sh_.stopped();
-                                             });
+                                             cfg_.enumerate_opts, stop);
       // Trace: every enumeration state, under the group.
       std::vector<int64_t> ids(er.states_log.size());
       for (size_t i = 0; i < er.states_log.size(); ++i) {
