@@ -147,12 +147,16 @@ struct Shared {
     stop.compare_exchange_strong(expect, static_cast<int>(r));
   }
   // Counts a state; checks the limits every so often.
-  void count_state() {
-    int64_t n = ++states;
+  void count_state() { add_states(1); }
+  // Counts k states at once (the enumerator's, without a trace); the periodic checks run when
+  // the count crosses a multiple of 256 (memory: 4096), as if counted one by one.
+  void add_states(int64_t k) {
+    int64_t n = states += k;
     if (n >= config->max_states) halt(StopReason::StateLimit);
-    if ((n & 255) == 0) {
+    if ((n >> 8) != ((n - k) >> 8)) {
       if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
-      if ((n & 4095) == 0 && rss_mb() > config->max_memory_mb) halt(StopReason::MemoryLimit);
+      if ((n >> 12) != ((n - k) >> 12) && rss_mb() > config->max_memory_mb)
+        halt(StopReason::MemoryLimit);
       report("generate", 0);
     }
   }
@@ -376,7 +380,7 @@ class BranchRunner {
       out_.stats.enum_states += er.states;
       if (!cfg_.enumerate_opts.record_states) {
         out_.stats.states += er.states;
-        if ((sh_.states += er.states) >= cfg_.max_states) sh_.halt(StopReason::StateLimit);
+        sh_.add_states(er.states);
       }
       out_.stats.enum_recipes += static_cast<int64_t>(er.recipes.size());
       for (const BlockRecipe& rc : er.recipes)
