@@ -636,6 +636,35 @@ struct LowerError {
   std::string msg;
 };
 
+struct Saver {
+  int value;
+  std::vector<int> omap, fmap;
+  DType dtype;
+  std::string name;
+  int rank;
+};
+
+// Thread-level fusion and emission of an unfused op list through BlockGraphBuilder, checked by
+// finish(target). Throws LowerError or UserError.
+std::shared_ptr<const BlockGraph> emit_fused(const std::vector<int64_t>& grid, int block_threads,
+                                             const std::vector<int64_t>& loop,
+                                             const std::vector<TensorDesc>& descs,
+                                             const std::vector<LOp>& ops,
+                                             const std::vector<Saver>& savers, const Target& target,
+                                             int max_block_ops);
+
+// Maps a builder's UserError to a lowering failure.
+LowerFailure failure_of(const UserError& e) {
+  switch (e.code()) {
+    case ErrorCode::Resource:
+      return LowerFailure::Resource;
+    case ErrorCode::Structure:
+      return LowerFailure::Stage;
+    default:
+      return LowerFailure::Map;
+  }
+}
+
 }  // namespace
 
 Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedule& s,
@@ -739,13 +768,6 @@ Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedu
       tile[x] = acc;
     }
     // Savers.
-    struct Saver {
-      int value;
-      std::vector<int> omap, fmap;
-      DType dtype;
-      std::string name;
-      int rank;
-    };
     std::vector<Saver> savers;
     for (int o : io.outputs) {
       const PNode& n = g.nodes[o];
@@ -762,115 +784,149 @@ Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedu
       savers.push_back(std::move(sv));
     }
     (void)partial;
-
-    // Thread-level fusion: single-use elementwise producers fold into their elementwise
-    // consumer; constants fold into every elementwise consumer.
-    size_t n_ops = ops.size();
-    std::vector<std::vector<int>> users(n_ops);
-    std::vector<int> saved(n_ops, 0);
-    for (size_t i = 0; i < n_ops; ++i)
-      for (int j : ops[i].in) users[j].push_back(static_cast<int>(i));
-    for (const Saver& sv : savers) saved[sv.value]++;
-    auto elementwise_nonconst_inputs = [&](int c) {
-      for (int j : ops[c].in)
-        if (ops[j].kind != OpKind::Constant) return true;
-      return false;
-    };
-    std::vector<bool> absorbed(n_ops, false);
-    for (size_t i = 0; i < n_ops; ++i) {
-      if (!is_elementwise(ops[i].kind) || saved[i]) continue;
-      if (ops[i].kind == OpKind::Constant) {
-        bool ok = !users[i].empty();
-        for (int u : users[i])
-          ok &= is_elementwise(ops[u].kind) && ops[u].kind != OpKind::Constant &&
-                elementwise_nonconst_inputs(u);
-        absorbed[i] = ok;
-      } else {
-        absorbed[i] = users[i].size() == 1 && is_elementwise(ops[users[i][0]].kind);
-      }
-    }
-    // Emission.
-    BlockGraphBuilder bb(grid, s.block_threads, loop, descs);
-    std::vector<int> emitted(n_ops, -1);
-    int count = 0;
-    for (size_t i = 0; i < n_ops; ++i) {
-      const LOp& op = ops[i];
-      if (op.kind == OpKind::Input) {
-        emitted[i] = bb.input(op.io, op.imap, op.fmap, op.name);
-        ++count;
-        continue;
-      }
-      if (absorbed[i]) continue;
-      if (!is_elementwise(op.kind) || op.kind == OpKind::Constant) {
-        std::vector<int> in;
-        for (int j : op.in) in.push_back(emitted[j]);
-        emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
-        ++count;
-        continue;
-      }
-      // An elementwise root: gather its tree of absorbed producers.
-      std::vector<int> leaves;
-      std::function<void(int)> collect = [&](int j) {
-        for (int k : ops[j].in) {
-          if (absorbed[k]) {
-            if (ops[k].kind != OpKind::Constant) collect(k);
-          } else if (std::find(leaves.begin(), leaves.end(), k) == leaves.end()) {
-            leaves.push_back(k);
-          }
-        }
-      };
-      collect(static_cast<int>(i));
-      bool tree = std::any_of(op.in.begin(), op.in.end(), [&](int k) { return absorbed[k]; });
-      if (!tree) {
-        std::vector<int> in;
-        for (int j : op.in) in.push_back(emitted[j]);
-        emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
-        ++count;
-        continue;
-      }
-      ThreadGraph tg;
-      tg.num_inputs = static_cast<int>(leaves.size());
-      std::function<int(int)> build = [&](int j) -> int {
-        ThreadOp t{ops[j].kind, {}, ops[j].attrs};
-        for (int k : ops[j].in) {
-          if (absorbed[k])
-            t.inputs.push_back(build(k));
-          else
-            t.inputs.push_back(
-                static_cast<int>(std::find(leaves.begin(), leaves.end(), k) - leaves.begin()));
-        }
-        tg.ops.push_back(std::move(t));
-        return tg.num_inputs + static_cast<int>(tg.ops.size()) - 1;
-      };
-      build(static_cast<int>(i));
-      std::vector<int> in;
-      for (int k : leaves) in.push_back(emitted[k]);
-      emitted[i] = bb.fused(std::move(tg), in, op.name);
-      ++count;
-    }
-    for (const Saver& sv : savers) {
-      bb.output(emitted[sv.value], sv.omap, sv.fmap, sv.dtype, sv.name, sv.rank, "save_" + sv.name);
-      ++count;
-    }
-    if (count > max_block_ops)
-      throw LowerError{LowerFailure::Ops,
-                       fmt::format("{} block ops (limit {})", count, max_block_ops)};
-    res.block = std::make_shared<const BlockGraph>(std::move(bb).finish(target));
+    res.block = emit_fused(grid, s.block_threads, loop, descs, ops, savers, target, max_block_ops);
   } catch (const LowerError& e) {
     res.failure = e.f;
     res.message = e.msg;
   } catch (const UserError& e) {
-    switch (e.code()) {
-      case ErrorCode::Resource:
-        res.failure = LowerFailure::Resource;
-        break;
-      case ErrorCode::Structure:
-        res.failure = LowerFailure::Stage;
-        break;
-      default:
-        res.failure = LowerFailure::Map;
-        break;
+    res.failure = failure_of(e);
+    res.message = e.render();
+  }
+  return res;
+}
+
+namespace {
+
+std::shared_ptr<const BlockGraph> emit_fused(const std::vector<int64_t>& grid, int block_threads,
+                                             const std::vector<int64_t>& loop,
+                                             const std::vector<TensorDesc>& descs,
+                                             const std::vector<LOp>& ops,
+                                             const std::vector<Saver>& savers, const Target& target,
+                                             int max_block_ops) {
+  // Thread-level fusion: single-use elementwise producers fold into their elementwise
+  // consumer; constants fold into every elementwise consumer.
+  size_t n_ops = ops.size();
+  std::vector<std::vector<int>> users(n_ops);
+  std::vector<int> saved(n_ops, 0);
+  for (size_t i = 0; i < n_ops; ++i)
+    for (int j : ops[i].in) users[j].push_back(static_cast<int>(i));
+  for (const Saver& sv : savers) saved[sv.value]++;
+  auto elementwise_nonconst_inputs = [&](int c) {
+    for (int j : ops[c].in)
+      if (ops[j].kind != OpKind::Constant) return true;
+    return false;
+  };
+  std::vector<bool> absorbed(n_ops, false);
+  for (size_t i = 0; i < n_ops; ++i) {
+    if (!is_elementwise(ops[i].kind) || saved[i]) continue;
+    if (ops[i].kind == OpKind::Constant) {
+      bool ok = !users[i].empty();
+      for (int u : users[i])
+        ok &= is_elementwise(ops[u].kind) && ops[u].kind != OpKind::Constant &&
+              elementwise_nonconst_inputs(u);
+      absorbed[i] = ok;
+    } else {
+      absorbed[i] = users[i].size() == 1 && is_elementwise(ops[users[i][0]].kind);
     }
+  }
+  // Emission.
+  BlockGraphBuilder bb(grid, block_threads, loop, descs);
+  std::vector<int> emitted(n_ops, -1);
+  int count = 0;
+  for (size_t i = 0; i < n_ops; ++i) {
+    const LOp& op = ops[i];
+    if (op.kind == OpKind::Input) {
+      emitted[i] = bb.input(op.io, op.imap, op.fmap, op.name);
+      ++count;
+      continue;
+    }
+    if (absorbed[i]) continue;
+    if (!is_elementwise(op.kind) || op.kind == OpKind::Constant) {
+      std::vector<int> in;
+      for (int j : op.in) in.push_back(emitted[j]);
+      emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
+      ++count;
+      continue;
+    }
+    // An elementwise root: gather its tree of absorbed producers.
+    std::vector<int> leaves;
+    std::function<void(int)> collect = [&](int j) {
+      for (int k : ops[j].in) {
+        if (absorbed[k]) {
+          if (ops[k].kind != OpKind::Constant) collect(k);
+        } else if (std::find(leaves.begin(), leaves.end(), k) == leaves.end()) {
+          leaves.push_back(k);
+        }
+      }
+    };
+    collect(static_cast<int>(i));
+    bool tree = std::any_of(op.in.begin(), op.in.end(), [&](int k) { return absorbed[k]; });
+    if (!tree) {
+      std::vector<int> in;
+      for (int j : op.in) in.push_back(emitted[j]);
+      emitted[i] = bb.op(op.kind, in, op.attrs, op.name);
+      ++count;
+      continue;
+    }
+    ThreadGraph tg;
+    tg.num_inputs = static_cast<int>(leaves.size());
+    std::function<int(int)> build = [&](int j) -> int {
+      ThreadOp t{ops[j].kind, {}, ops[j].attrs};
+      for (int k : ops[j].in) {
+        if (absorbed[k])
+          t.inputs.push_back(build(k));
+        else
+          t.inputs.push_back(
+              static_cast<int>(std::find(leaves.begin(), leaves.end(), k) - leaves.begin()));
+      }
+      tg.ops.push_back(std::move(t));
+      return tg.num_inputs + static_cast<int>(tg.ops.size()) - 1;
+    };
+    build(static_cast<int>(i));
+    std::vector<int> in;
+    for (int k : leaves) in.push_back(emitted[k]);
+    emitted[i] = bb.fused(std::move(tg), in, op.name);
+    ++count;
+  }
+  for (const Saver& sv : savers) {
+    bb.output(emitted[sv.value], sv.omap, sv.fmap, sv.dtype, sv.name, sv.rank, "save_" + sv.name);
+    ++count;
+  }
+  if (count > max_block_ops)
+    throw LowerError{LowerFailure::Ops,
+                     fmt::format("{} block ops (limit {})", count, max_block_ops)};
+  return std::make_shared<const BlockGraph>(std::move(bb).finish(target));
+}
+
+}  // namespace
+
+Lowered fuse_block(const BlockGraph& bg, const Target& target, int max_block_ops) {
+  Lowered res;
+  try {
+    std::vector<LOp> ops;
+    std::vector<Saver> savers;
+    std::vector<int> lop(bg.ops.size(), -1);
+    for (size_t i = 0; i < bg.ops.size(); ++i) {
+      const BlockOp& o = bg.ops[i];
+      KILN_ASSERT(o.kind != OpKind::Fused, "fuse_block on a fused graph");
+      if (o.kind == OpKind::Output) {
+        const TensorDesc& t = bg.outputs[o.io];
+        savers.push_back(Saver{lop[o.inputs[0]], o.imap, o.fmap, t.dtype, t.name,
+                               static_cast<int>(t.shape.size())});
+        continue;
+      }
+      LOp l{o.kind, {}, o.attrs, o.name, o.io, o.imap, o.fmap};
+      for (int j : o.inputs) l.in.push_back(lop[j]);
+      lop[i] = static_cast<int>(ops.size());
+      ops.push_back(std::move(l));
+    }
+    res.block = emit_fused(bg.grid, bg.block_threads, bg.loop, bg.inputs, ops, savers, target,
+                           max_block_ops);
+  } catch (const LowerError& e) {
+    res.failure = e.f;
+    res.message = e.msg;
+  } catch (const UserError& e) {
+    res.failure = failure_of(e);
     res.message = e.render();
   }
   return res;

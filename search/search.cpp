@@ -57,6 +57,12 @@ nlohmann::json SearchConfig::to_json() const {
           {"max_blocks", schedules.max_blocks},
           {"max_schedules", schedules.max_schedules},
           {"block_threads", schedules.block_threads},
+          {"enumerate", enumerate},
+          {"enum_max_ops", enumerate_opts.max_ops},
+          {"enum_max_states", enumerate_opts.max_states},
+          {"enum_max_results", enumerate_opts.max_results},
+          {"enum_classes", enum_classes},
+          {"enum_z3_budget_ms", enum_z3_budget_ms},
           {"prune", prune},
           {"use_z3", use_z3},
           {"verify", verify},
@@ -71,6 +77,10 @@ nlohmann::json SearchStats::to_json() const {
           {"schedules", schedules},
           {"lowered", lowered},
           {"complete", complete},
+          {"enum_states", enum_states},
+          {"enum_recipes", enum_recipes},
+          {"enum_kernels", enum_kernels},
+          {"enum_same", enum_same},
           {"verified", verified},
           {"rejected", rejected},
           {"pruned", pruned},
@@ -79,7 +89,8 @@ nlohmann::json SearchStats::to_json() const {
           {"generate_s", generate_s},
           {"verify_s", verify_s},
           {"elapsed_s", elapsed_s},
-          {"pruner", pruner}};
+          {"pruner", pruner},
+          {"enum_pruner", enum_pruner}};
 }
 
 namespace {
@@ -98,6 +109,8 @@ struct Choice {
   KernelChoice kernel;
   double time = 0;
   std::string detail;
+  int sched = -1;           // index of its schedule in the group's list (-1: predefined)
+  bool enumerated = false;  // built by the op-by-op enumerator
 };
 
 struct GroupResult {
@@ -134,18 +147,22 @@ struct Shared {
     stop.compare_exchange_strong(expect, static_cast<int>(r));
   }
   // Counts a state; checks the limits every so often.
-  void count_state() {
-    int64_t n = ++states;
+  void count_state() { add_states(1); }
+  // Counts k states at once (the enumerator's, without a trace); the periodic checks run when
+  // the count crosses a multiple of 256 (memory: 4096), as if counted one by one.
+  void add_states(int64_t k) {
+    int64_t n = states += k;
     if (n >= config->max_states) halt(StopReason::StateLimit);
-    if ((n & 255) == 0) {
+    if ((n >> 8) != ((n - k) >> 8)) {
       if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
-      if ((n & 4095) == 0 && rss_mb() > config->max_memory_mb) halt(StopReason::MemoryLimit);
+      if ((n >> 12) != ((n - k) >> 12) && rss_mb() > config->max_memory_mb)
+        halt(StopReason::MemoryLimit);
       report("generate", 0);
     }
   }
-  void add_pruned(const std::string& why) {
+  void add_pruned(const std::string& why, int64_t n = 1) {
     std::lock_guard<std::mutex> l(pruned_mu);
-    pruned[why]++;
+    pruned[why] += n;
   }
   void report(const char* phase, int64_t verified, bool force = false) {
     if (!progress || !*progress) return;
@@ -202,8 +219,14 @@ std::vector<AbsExpr> node_exprs(const PGraph& g) {
 class BranchRunner {
  public:
   BranchRunner(const KernelGraph& spec, const PGraph& v, Shared& sh, Pruner* pruner,
-               const Target& target)
-      : spec_(spec), v_(v), sh_(sh), pruner_(pruner), target_(target), cfg_(*sh.config) {}
+               Pruner* enum_pruner, const Target& target)
+      : spec_(spec),
+        v_(v),
+        sh_(sh),
+        pruner_(pruner),
+        enum_pruner_(enum_pruner),
+        target_(target),
+        cfg_(*sh.config) {}
 
   Branch run() {
     exprs_ = node_exprs(v_);
@@ -265,6 +288,10 @@ class BranchRunner {
 
   // The cost of one kernel alone: a graph of the group's inputs and that kernel.
   double kernel_time(const KernelChoice& kc) {
+    return estimate_cost(kernel_graph(kc), target_).time;
+  }
+  std::string kernel_fingerprint(const KernelChoice& kc) { return fingerprint(kernel_graph(kc)); }
+  KernelGraph kernel_graph(const KernelChoice& kc) {
     GroupIO io = group_io(v_, kc.group);
     KernelGraphBuilder kb("k", "", cfg_.arch);
     std::map<int, int> t;
@@ -283,8 +310,7 @@ class BranchRunner {
                          : t[i]);
       kb.output(kb.op(n.kind, in, n.attrs, n.name));
     }
-    KernelGraph g = std::move(kb).finish();
-    return estimate_cost(g, target_).time;
+    return std::move(kb).finish();
   }
 
   // Abstract-expression check of every tile of a lowered block graph.
@@ -302,6 +328,96 @@ class BranchRunner {
       checked_.insert(es[i].id());
     }
     return true;
+  }
+
+  // The op-by-op enumerator on the group's best schedule classes; adds its kernels to `all`
+  // (sorted cheapest first on return).
+  void enumerate_group(const std::vector<int>& grp, const GroupIO& io,
+                       const std::vector<Schedule>& scheds, int64_t gstate,
+                       std::vector<Choice>& all) {
+    if (scheds.empty() || sh_.stopped()) return;
+    using Class = std::pair<std::vector<int>, int>;
+    auto class_of = [](const Schedule& sc) {
+      std::vector<int> ls;
+      for (const GridDim& d : sc.grid) ls.push_back(d.label);
+      return Class(ls, sc.loop_label);
+    };
+    // The classes to enumerate: those of the kept lowered schedules, else the first ones.
+    std::vector<Class> classes;
+    auto want = [&](const Class& c) {
+      if (static_cast<int>(classes.size()) < cfg_.enum_classes &&
+          std::find(classes.begin(), classes.end(), c) == classes.end())
+        classes.push_back(c);
+    };
+    for (size_t i = 0; i < all.size() && static_cast<int>(i) < cfg_.beam; ++i)
+      if (all[i].sched >= 0) want(class_of(scheds[all[i].sched]));
+    if (classes.empty())
+      for (const Schedule& sc : scheds) want(class_of(sc));
+    std::vector<Choice> found;
+    for (const Class& cl : classes) {
+      size_t rep = 0;
+      while (class_of(scheds[rep]) != cl) ++rep;
+      if (group_op_count(v_, grp, cl.second >= 0) > cfg_.enumerate_opts.max_ops) continue;
+      // Without a trace, enumeration states do not pass through count_state(): check the clock.
+      auto stop = [this] {
+        if (Clock::now() >= sh_.deadline) sh_.halt(StopReason::TimeLimit);
+        return sh_.stopped();
+      };
+      EnumResult er = enumerate_block_graphs(v_, grp, scheds[rep], exprs_, enum_pruner_, target_,
+                                             cfg_.enumerate_opts, stop);
+      // Trace: every enumeration state, under the group.
+      std::vector<int64_t> ids(er.states_log.size());
+      for (size_t i = 0; i < er.states_log.size(); ++i) {
+        const EnumState& es = er.states_log[i];
+        ids[i] = state(es.parent < 0 ? gstate : ids[es.parent], "block_op", es.detail);
+        if (!es.pruned.empty()) prune(ids[i], "block_op", "enum_" + es.pruned, es.detail);
+      }
+      if (!cfg_.enumerate_opts.record_states)
+        for (const auto& [why, n] : er.pruned) {
+          out_.stats.pruned["enum_" + why] += n;
+          sh_.add_pruned("enum_" + why, n);
+        }
+      out_.stats.enum_states += er.states;
+      if (!cfg_.enumerate_opts.record_states) {
+        out_.stats.states += er.states;
+        sh_.add_states(er.states);
+      }
+      out_.stats.enum_recipes += static_cast<int64_t>(er.recipes.size());
+      for (const BlockRecipe& rc : er.recipes)
+        for (size_t si = 0; si < scheds.size() && !sh_.stopped(); ++si) {
+          if (class_of(scheds[si]) != cl) continue;
+          Lowered lw = instantiate(v_, grp, scheds[si], rc, target_, cfg_.max_block_ops);
+          if (!lw.block) continue;
+          std::string why;
+          if (!tiles_pass(*lw.block, io, why)) continue;
+          KernelChoice kc{grp, lw.block};
+          Lowered lowered = lower_group(v_, grp, scheds[si], target_, cfg_.max_block_ops);
+          if (lowered.block && kernel_fingerprint({grp, lowered.block}) == kernel_fingerprint(kc)) {
+            out_.stats.enum_same++;
+            continue;
+          }
+          out_.stats.enum_kernels++;
+          Choice c;
+          c.kernel = kc;
+          c.time = kernel_time(kc);
+          c.detail = fmt::format("{} enumerated [{}]", scheds[si].str(v_), rc.str());
+          c.sched = static_cast<int>(si);
+          c.enumerated = true;
+          found.push_back(std::move(c));
+        }
+    }
+    if (found.empty()) return;
+    // Keep the cheapest few enumerated kernels per group as trace states.
+    std::stable_sort(found.begin(), found.end(),
+                     [](const Choice& a, const Choice& b) { return a.time < b.time; });
+    if (static_cast<int>(found.size()) > cfg_.beam) found.resize(cfg_.beam);
+    for (Choice& c : found) {
+      int64_t s = state(gstate, "schedule", c.detail);
+      note(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
+      all.push_back(std::move(c));
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Choice& a, const Choice& b) { return a.time < b.time; });
   }
 
   const GroupResult& group(const std::vector<int>& grp, int64_t parent) {
@@ -323,7 +439,8 @@ class BranchRunner {
       all.push_back(c);
     }
     std::vector<Schedule> scheds = enumerate_schedules(v_, grp, cfg_.schedules);
-    for (const Schedule& sc : scheds) {
+    for (size_t si = 0; si < scheds.size(); ++si) {
+      const Schedule& sc = scheds[si];
       if (sh_.stopped()) break;
       out_.stats.schedules++;
       std::string d = sc.str(v_);
@@ -344,11 +461,13 @@ class BranchRunner {
       c.kernel = {grp, lw.block};
       c.time = kernel_time(c.kernel);
       c.detail = d;
+      c.sched = static_cast<int>(si);
       note(s, "schedule", "costed", {}, d, c.time * 1e6);
       all.push_back(std::move(c));
     }
     std::stable_sort(all.begin(), all.end(),
                      [](const Choice& a, const Choice& b) { return a.time < b.time; });
+    if (cfg_.enumerate) enumerate_group(grp, io, scheds, r.state, all);
     if (static_cast<int>(all.size()) > cfg_.beam) all.resize(cfg_.beam);
     r.kept = std::move(all);
     return memo_.emplace(grp, std::move(r)).first->second;
@@ -379,15 +498,25 @@ class BranchRunner {
     for (const auto& pick : picks) {
       std::vector<KernelChoice> ks;
       std::vector<std::string> ds;
+      bool enumerated = false;
       for (size_t i = 0; i < rs.size(); ++i) {
         ks.push_back(rs[i]->kept[pick[i]].kernel);
         ds.push_back(rs[i]->kept[pick[i]].detail);
+        enumerated |= rs[i]->kept[pick[i]].enumerated;
       }
       Candidate c;
-      c.graph = assemble(v_, ks, cfg_.arch);
+      try {
+        c.graph = assemble(v_, ks, cfg_.arch);
+      } catch (const UserError& e) {
+        // Kernels are checked one by one; a mismatch between them is a generator bug, but it
+        // costs this candidate only, not the search.
+        prune(ps, "partition", "assemble", e.render());
+        continue;
+      }
       c.cost = estimate_cost(c.graph, target_);
       c.fingerprint = fingerprint(c.graph);
       c.rewrites = v_.rewrites;
+      if (enumerated) c.rewrites.push_back("block graph enumerated op by op");
       out_.stats.complete++;
       c.state = state(ps, "candidate", fmt::format("{}", fmt::join(ds, " | ")));
       note(c.state, "candidate", "costed", {}, c.fingerprint, c.cost.time * 1e6);
@@ -403,6 +532,7 @@ class BranchRunner {
   const PGraph& v_;
   Shared& sh_;
   Pruner* pruner_;
+  Pruner* enum_pruner_;
   const Target& target_;
   const SearchConfig& cfg_;
   std::vector<AbsExpr> exprs_;
@@ -419,6 +549,10 @@ void merge_stats(SearchStats& into, const SearchStats& s) {
   into.schedules += s.schedules;
   into.lowered += s.lowered;
   into.complete += s.complete;
+  into.enum_states += s.enum_states;
+  into.enum_recipes += s.enum_recipes;
+  into.enum_kernels += s.enum_kernels;
+  into.enum_same += s.enum_same;
   for (const auto& [k, v] : s.pruned) into.pruned[k] += v;
 }
 
@@ -467,11 +601,15 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
      fallback.cost.time * 1e6);
   st.states++;
 
-  std::unique_ptr<Pruner> pruner;
+  std::unique_ptr<Pruner> pruner, enum_pruner;
   if (config.prune) {
     PrunerOptions po;
     po.use_z3 = config.use_z3;
     pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po));
+    // The enumerator asks about many more expressions than the lowering; its own pruner (own
+    // lock, own cache) gets a smaller Z3 budget so that Z3 cannot take the run's time.
+    po.z3_budget_ms = config.enum_z3_budget_ms;
+    enum_pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po));
   }
 
   PGraph base = expand_spec(spec);
@@ -487,6 +625,11 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   }
   sh.states = st.states;
 
+  // Enumeration states go to the trace one by one only when there is a trace (they are most of
+  // the states); otherwise only their counts are kept.
+  SearchConfig cfg = config;
+  cfg.enumerate_opts.record_states = trace != nullptr;
+  sh.config = &cfg;
   std::vector<Branch> branches(variants.size());
   int threads = config.threads > 0 ? config.threads : tbb::this_task_arena::max_concurrency();
   tbb::task_arena arena(threads);
@@ -495,7 +638,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
         size_t(0), variants.size(),
         [&](size_t i) {
           if (sh.stopped()) return;
-          BranchRunner br(spec, variants[i], sh, pruner.get(), target);
+          BranchRunner br(spec, variants[i], sh, pruner.get(), enum_pruner.get(), target);
           branches[i] = br.run();
         },
         tbb::simple_partitioner());
@@ -601,6 +744,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   st.states = sh.states.load();
   st.elapsed_s = sh.elapsed();
   if (pruner) st.pruner = pruner->stats().str();
+  if (enum_pruner) st.enum_pruner = enum_pruner->stats().str();
   if (trace) trace->write_all(events);
   sh.report("done", st.verified, true);
   KILN_ASSERT(!res.ranked.empty(), "the spec is always a candidate");
@@ -646,6 +790,10 @@ SearchResult result_from_json(const nlohmann::json& j) {
   r.stats.schedules = st.value("schedules", int64_t(0));
   r.stats.lowered = st.value("lowered", int64_t(0));
   r.stats.complete = st.value("complete", int64_t(0));
+  r.stats.enum_states = st.value("enum_states", int64_t(0));
+  r.stats.enum_recipes = st.value("enum_recipes", int64_t(0));
+  r.stats.enum_kernels = st.value("enum_kernels", int64_t(0));
+  r.stats.enum_same = st.value("enum_same", int64_t(0));
   r.stats.verified = st.value("verified", int64_t(0));
   r.stats.rejected = st.value("rejected", int64_t(0));
   r.stats.pruned = st.value("pruned", std::map<std::string, int64_t>{});
@@ -655,6 +803,7 @@ SearchResult result_from_json(const nlohmann::json& j) {
   r.stats.verify_s = st.value("verify_s", 0.0);
   r.stats.elapsed_s = st.value("elapsed_s", 0.0);
   r.stats.pruner = st.value("pruner", std::string());
+  r.stats.enum_pruner = st.value("enum_pruner", std::string());
   auto load = [&](const nlohmann::json& c) {
     Candidate k;
     k.graph = mugraph_from_json(c.at("mugraph"), "<cache>");

@@ -145,6 +145,10 @@ struct Lowered {
 // Lowers one group under one schedule into a block graph checked against `target`.
 Lowered lower_group(const PGraph& g, const std::vector<int>& group, const Schedule& s,
                     const Target& target, int max_block_ops = 64);
+// Re-emits an unfused block graph (inputs, compute ops, savers) with the lowering's thread-level
+// fusion (single-use elementwise producers fold into their elementwise consumer, constants into
+// every elementwise consumer), checked by finish(target).
+Lowered fuse_block(const BlockGraph& bg, const Target& target, int max_block_ops = 64);
 
 // ---------------------------------------------------------------------------------------------
 // Assembly.

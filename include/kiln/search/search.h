@@ -21,6 +21,7 @@
 
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/search/cost_model.h"
+#include "kiln/search/enumerate.h"
 #include "kiln/search/generator.h"
 
 namespace kiln::search {
@@ -48,9 +49,17 @@ struct SearchConfig {
   int beam = 3;            // cheapest schedules kept per group
   VariantOptions variants;
   ScheduleOptions schedules;
-  bool prune = true;   // abstract-expression pruning
-  bool use_z3 = true;  // let the pruner call Z3 for what its fast path leaves open
-  bool verify = true;  // verify candidates (off only in tests of the generator)
+  // Op-by-op block-graph enumeration (enumerate.h) next to the lowering: per group, on the
+  // schedule classes (gridded labels, loop label) of its `beam` kept lowered schedules (the
+  // first enum_classes classes when nothing lowered), for groups whose lowering needs at most
+  // enumerate_opts.max_ops ops; each recipe is instantiated on every schedule of its class.
+  bool enumerate = true;
+  EnumOptions enumerate_opts;
+  int enum_classes = 3;
+  double enum_z3_budget_ms = 2000;  // Z3 time of the enumerator's pruner (its own instance)
+  bool prune = true;                // abstract-expression pruning
+  bool use_z3 = true;               // let the pruner call Z3 for what its fast path leaves open
+  bool verify = true;               // verify candidates (off only in tests of the generator)
   bool float_check = true;
   // The fields that decide the result, as JSON (the cache key hashes it; threads excluded).
   nlohmann::json to_json() const;
@@ -59,15 +68,20 @@ struct SearchConfig {
 struct SearchStats {
   int64_t states = 0;  // every node of the search tree
   int64_t variants = 0, partitions = 0, groups = 0, schedules = 0;
-  int64_t lowered = 0;                    // schedules that became feasible block graphs
-  int64_t complete = 0;                   // complete candidates assembled
-  int64_t verified = 0;                   // candidates the verifier accepted
-  int64_t rejected = 0;                   // candidates the verifier or the float check rejected
+  int64_t lowered = 0;       // schedules that became feasible block graphs
+  int64_t complete = 0;      // complete candidates assembled
+  int64_t enum_states = 0;   // op-by-op enumeration states (in `states` too)
+  int64_t enum_recipes = 0;  // complete enumerated block graphs (recipes)
+  int64_t enum_kernels = 0;  // instantiated enumerated kernels the lowering did not produce
+  int64_t enum_same = 0;     // instantiated enumerated kernels equal to the lowered one
+  int64_t verified = 0;      // candidates the verifier accepted
+  int64_t rejected = 0;      // candidates the verifier or the float check rejected
   std::map<std::string, int64_t> pruned;  // by reason
   double time_first_valid_s = -1;         // first verified candidate other than the spec
   double time_best_s = -1;                // the winner verified
   double generate_s = 0, verify_s = 0, elapsed_s = 0;
-  std::string pruner;  // the pruner's statistics line
+  std::string pruner;       // the pruner's statistics line
+  std::string enum_pruner;  // the enumerator's pruner's
   nlohmann::json to_json() const;
 };
 
