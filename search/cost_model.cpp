@@ -12,18 +12,24 @@ namespace kiln::search {
 const CostConstants& cost_constants(Arch a) {
   // L2: about 2.5x DRAM bandwidth. Shared memory: 128 bytes per clock per SM at the boost clock
   // (H100 SXM 1.755 GHz x 132 SMs; A100 SXM 1.41 GHz x 108 SMs).
-  static CostConstants sm80{4.5e12, 128.0 * 1.41e9 * 108};
+  static CostConstants sm80 = [] {
+    CostConstants c{4.5e12, 128.0 * 1.41e9 * 108};
+    c.l2_capacity = 40e6;
+    return c;
+  }();
   static CostConstants sm90a{7.5e12, 128.0 * 1.755e9 * 132};
   return a == Arch::Sm80 ? sm80 : sm90a;
 }
 
 namespace {
 
-// Bytes fetched per useful byte for a tile whose contiguous run is `run` bytes.
-double coalescing(double run, int granule) {
-  if (run >= 4096) return 1.0;
-  double fetched = granule * std::ceil(run / granule);
-  return run / fetched;
+// Useful bytes per DRAM byte for a tile whose contiguous run is `run` bytes: whole sectors are
+// fetched, and every run costs `overhead` bytes more (a new DRAM burst / row; short runs spread
+// over many rows stream far below copy bandwidth: 64-byte weight rows ran at half of it).
+double coalescing(double run, const CostConstants& k) {
+  if (run >= 65536) return 1.0;
+  double fetched = k.dram_granule * std::ceil(run / k.dram_granule);
+  return run / (fetched + k.run_overhead);
 }
 
 // Contiguous bytes of a tile inside a row-major tensor.
@@ -92,11 +98,12 @@ void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double
 // warp-specialized wgmma mainloop (codegen/contraction.h): 128 x 128 output tiles, each a block
 // on its own SM. Tensor-core efficiency from the H100 timings of that kernel (docs/runtime.md:
 // 4096^3 one weight 555 TFLOP/s, two weights 664 TFLOP/s, at 0.97 wave efficiency).
-KernelCost contraction_cost(const KernelOp& op, const ContractionPlan& p, const Target& t) {
+// `inputs` are the tensors that p's input indices refer to.
+KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
+                            const std::vector<TensorDesc>& inputs, const Target& t) {
   const CostConstants& k = cost_constants(t.arch);
-  const BlockGraph& bg = *op.block;
   KernelCost c;
-  c.name = op.name;
+  c.name = name;
   c.graph_defined = true;
   const double nb = double(p.b.size());
   c.blocks = ((p.m + 127) / 128) * ((p.n + 127) / 128);
@@ -106,7 +113,7 @@ KernelCost contraction_cost(const KernelOp& op, const ContractionPlan& p, const 
   c.pipeline_stages = p.b.size() == 1 ? 4 : 3;
   c.round_trips = 1;
   auto bytes = [&](int io) {
-    return double(numel(bg.inputs[io].shape)) * dtype_bytes(bg.inputs[io].dtype);
+    return double(numel(inputs[io].shape)) * dtype_bytes(inputs[io].dtype);
   };
   c.dram_read = bytes(p.a);
   for (int b : p.b) c.dram_read += bytes(b);
@@ -124,8 +131,10 @@ KernelCost contraction_cost(const KernelOp& op, const ContractionPlan& p, const 
 
 KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
   const CostConstants& k = cost_constants(t.arch);
-  const BlockGraph& bg = *op.block;
-  if (auto cp = match_contraction(bg, t)) return contraction_cost(op, *cp, t);
+  if (auto cp = match_contraction(*op.block, t))
+    return contraction_cost(op.name, *cp, op.block->inputs, t);
+  // The kernel runs the planner's re-tiled loop when it has one (codegen/schedule.h).
+  const BlockGraph& bg = plan && plan->retiled ? *plan->retiled : *op.block;
   KernelCost c;
   c.name = op.name;
   c.graph_defined = true;
@@ -164,9 +173,14 @@ KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSc
         int bytes = dtype_bytes(td.dtype);
         double loaded = elems * bytes * mult;
         double unique = double(numel(td.shape)) * bytes;
-        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k.dram_granule);
+        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k);
         c.dram_read += unique / eff;
-        c.l2_bytes += std::max(0.0, loaded - unique) / eff;
+        // Re-reads (other blocks, later iterations) come from L2 if the tensor stays there; a
+        // tensor larger than L2 streams through it, and a share of its re-reads miss.
+        double again = std::max(0.0, loaded - unique) / eff;
+        double miss = unique > k.l2_capacity ? k.l2_miss : 0.0;
+        c.dram_read += again * miss;
+        c.l2_bytes += again * (1 - miss);
         c.smem_bytes += elems * bytes * (1 + uses[i]) * mult;
         (o.stage == Stage::Loop ? loop_in : invariant_in) += elems * bytes;
         break;
@@ -174,7 +188,7 @@ KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSc
       case OpClass::Output: {
         const TensorDesc& td = bg.outputs[o.io];
         int bytes = dtype_bytes(td.dtype);
-        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k.dram_granule);
+        double eff = coalescing(contiguous_run(o.shape, td.shape, bytes), k);
         c.dram_write += double(numel(td.shape)) * bytes / eff;
         break;
       }
@@ -232,9 +246,29 @@ KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSc
   return c;
 }
 
+// A predefined matmul the planner runs as the runtime's warp-specialized wgmma GEMM: modeled as
+// that kernel, like a lowered contraction with one weight and no epilogue.
+KernelCost wgmma_gemm_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {
+  const TensorDesc& a = g.tensor(op.inputs[0]);
+  const TensorDesc& b = g.tensor(op.inputs[1]);
+  const TensorDesc& out = g.tensor(op.outputs[0]);
+  ContractionPlan p;
+  p.m = a.shape[a.shape.size() - 2];
+  p.k = a.shape.back();
+  p.n = b.shape.back();
+  p.a = 0;
+  p.b = {1};
+  p.out = out.dtype;
+  KernelCost c = contraction_cost(op.name, p, {a, b}, t);
+  c.graph_defined = false;
+  return c;
+}
+
 KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
                            const KernelPlan* plan) {
   const CostConstants& k = cost_constants(t.arch);
+  if (op.kind == OpKind::MatMul && plan && plan->strategy.rfind("wgmma_ws", 0) == 0)
+    return wgmma_gemm_cost(g, op, t);
   KernelCost c;
   c.name = op.name;
   for (int i : op.inputs) {
@@ -257,9 +291,19 @@ KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Targe
     c.cuda_flops = std::max(in_elems, double(numel(out.shape))) * std::max(1.0, w);
   }
   c.round_trips = 1;  // a generic kernel loads, then computes: one DRAM round trip (in t_fixed)
-  // A generic kernel is eff_pre efficient, and no faster than the SMs its grid covers (the
-  // planner's launch grid; row-per-block reductions of few rows cover few SMs).
-  double e = k.predefined_efficiency, dram_u = e, comp_u = e;
+  // The kernel's efficiency by kind (fitted to H100 measurements, docs/cost-model.md): the
+  // runtime GEMV streams the weight near copy bandwidth; elementwise and row kernels are simple
+  // streaming loops; other generic kernels (gemm_tc, fma) are eff_pre efficient. No kernel is
+  // faster than the SMs its grid covers (the planner's launch grid; row-per-block reductions of
+  // few rows cover few SMs).
+  const std::string strategy = plan ? plan->strategy : std::string();
+  double e = k.predefined_efficiency;
+  if (strategy.rfind("gemv", 0) == 0)
+    e = k.gemv_efficiency;
+  else if (op.kind != OpKind::MatMul)
+    e = k.row_efficiency;
+  double dram_u = e, comp_u = e;
+
   if (plan && plan->grid > 0) {
     double B = double(plan->grid), sm = t.sm_count;
     c.blocks = plan->grid;
@@ -267,6 +311,12 @@ KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Targe
     comp_u *= B / (std::ceil(B / sm) * sm);
   }
   finish_times(c, t, k, dram_u, comp_u);
+  // A split-K kernel's last block per output tile sums the float32 partials after the others
+  // have landed: one more dependent DRAM round trip, after the stream, not overlapped with it.
+  if (plan && plan->splits > 1) {
+    c.t_fixed += k.dram_latency_s;
+    c.time += k.dram_latency_s;
+  }
   return c;
 }
 

@@ -31,8 +31,13 @@ struct CostConstants {
   double dram_latency_s = 1.0e-6;      // loaded DRAM round trip (Little's law)
   double iteration_s = 0.07e-6;        // per loop iteration of one block: barrier, wait, issue
   double iteration_warp_s = 0.03e-6;   // per loop iteration, per warp of the block
-  double predefined_efficiency = 0.6;  // generic (unfused, untuned) kernels of predefined ops
-  int dram_granule = 64;               // bytes fetched per DRAM access
+  double predefined_efficiency = 0.6;  // generic kernels of predefined ops (gemm_tc, fma, ...)
+  double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
+  double row_efficiency = 0.85;        // elementwise, gather and row-reduction kernels (fitted)
+  int dram_granule = 64;               // bytes fetched per DRAM access (a sector)
+  double run_overhead = 16;            // DRAM bytes lost per contiguous run (fitted)
+  double l2_capacity = 50e6;           // L2 bytes: larger tensors stream through it
+  double l2_miss = 0.33;  // re-reads by other blocks of a tensor larger than L2 that miss (fitted)
 };
 const CostConstants& cost_constants(Arch a);
 
