@@ -96,7 +96,9 @@ TEST(CostModel, FewerIterationsOfTheSameBytesNeverModelSlower) {
   // k-tile 128 — unless the planner re-tiles both loops to the same stages.
   KernelCost fine = estimate_cost(w.lower(64, 256), default_target()).kernels[0];
   KernelCost coarse = estimate_cost(w.lower(64, 32), default_target()).kernels[0];
-  if (fine.iterations > 2 * coarse.iterations) EXPECT_GT(fine.time, 2 * coarse.time);
+  if (fine.iterations > 2 * coarse.iterations) {
+    EXPECT_GT(fine.time, 2 * coarse.time);
+  }
 }
 
 TEST(CostModel, MoreBytesInFlightNeverModelSlower) {

@@ -29,7 +29,9 @@ TEST(Trace, RoundTripAndTree) {
   for (const TraceEvent& e : es) first.emplace(e.id, &e);
   int64_t expanded = 0, verified = 0;
   for (const TraceEvent& e : es) {
-    if (e.parent >= 0) EXPECT_TRUE(first.count(e.parent)) << "orphan " << e.id;
+    if (e.parent >= 0) {
+      EXPECT_TRUE(first.count(e.parent)) << "orphan " << e.id;
+    }
     expanded += e.event == "expanded";
     verified += e.event == "verified";
   }
