@@ -765,6 +765,24 @@ class BlockEmitter {
   }
 
   // Matmul operand index: batch dims broadcast from the output's, then the two matrix dims.
+  // An mma fragment gathered per element through value() (an operand ldmatrix cannot read: a
+  // float32 tile, an inline expression): kiln::cg::`loader`<T>(frag, lane, f) asks f for each of
+  // the lane's elements (r_, c_); rows are named `rn` (= rn0 + r_), columns `cn`, zero outside
+  // R x C.
+  void gather_fragment(const char* loader, const char* T, const char* frag, int operand,
+                       const Shape& out, const std::vector<std::string>& bidx, const char* rn,
+                       const char* cn, int64_t R, int64_t C) {
+    c_->open(
+        fmt::format("kiln::cg::{}<{}>({}, lane, [&](int r_, int c_) -> float {{", loader, T, frag));
+    c_->f("const int {0} = {0}0 + r_, {1} = {1}0 + c_;", rn, cn);
+    c_->f("if ({} >= {} || {} >= {}) return 0.0f;", rn, R, cn, C);
+    Ctx cx;
+    cx.body = c_;
+    std::string v = value(operand, matmul_operand_index(operand, out, bidx, rn, cn), cx);
+    c_->f("return {};", v);
+    c_->close("});");
+  }
+
   std::vector<std::string> matmul_operand_index(int operand, const Shape& out,
                                                 const std::vector<std::string>& out_batch,
                                                 const std::string& r, const std::string& c) {
@@ -889,7 +907,7 @@ class BlockEmitter {
     c_->line("#pragma unroll");
     c_->open(fmt::format("for (int kk = 0; kk < {}; ++kk) {{", kstw));
     c_->f("const int k0 = (wk * {} + kk) * 16;", kstw);
-    if (KST % d.ks != 0 || true) c_->open(fmt::format("if (k0 < {}) {{", K));
+    c_->open(fmt::format("if (k0 < {}) {{", K));
     c_->line("#pragma unroll");
     c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
     c_->f("const int b = wb * {} + bi;", d.bw);
@@ -924,15 +942,7 @@ class BlockEmitter {
       c_->f("kiln::cg::load_a_f32<{}, {}, {}, {}>(fa[i], {}, m0, k0, lane);", T, M, K,
             f32_pitch(oa.leaf), f32_batch_ptr(oa, out, bidx));
     } else {
-      c_->open(
-          fmt::format("kiln::cg::load_a_fn<{}>(fa[i], lane, [&](int r_, int c_) -> float {{", T));
-      c_->f("const int m = m0 + r_, k = k0 + c_;");
-      c_->f("if (m >= {} || k >= {}) return 0.0f;", M, K);
-      Ctx cx;
-      cx.body = c_;
-      std::string v = value(a, matmul_operand_index(a, out, bidx, "m", "k"), cx);
-      c_->f("return {};", v);
-      c_->close("});");
+      gather_fragment("load_a_fn", T, "fa[i]", a, out, bidx, "m", "k", M, K);
     }
     c_->close();
     c_->close();
@@ -953,15 +963,7 @@ class BlockEmitter {
       else
         c_->f("kiln::cg::load_b_kn1<{}>(fb[jn], {}, k0, n0, lane);", pitch, base);
     } else {
-      c_->open(
-          fmt::format("kiln::cg::load_b_fn<{}>(fb[jn], lane, [&](int r_, int c_) -> float {{", T));
-      c_->f("const int k = k0 + r_, n = n0 + c_;");
-      c_->f("if (k >= {} || n >= {}) return 0.0f;", K, N);
-      Ctx cx;
-      cx.body = c_;
-      std::string v = value(b, matmul_operand_index(b, out, bidx, "k", "n"), cx);
-      c_->f("return {};", v);
-      c_->close("});");
+      gather_fragment("load_b_fn", T, "fb[jn]", b, out, bidx, "k", "n", K, N);
     }
     c_->close();
     c_->close();

@@ -337,14 +337,10 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
                             : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", TA);
     int bm = small ? 64 : 128;
     L.f("using Cfg = {};", cfg);
-    L.f("auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", TO);
-    L.f("static bool attr_set = false;");
-    L.open("if (!attr_set) {");
+    L.f("constexpr auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", TO);
     L.line(
-        "if ((err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-        "Cfg::kSmemBytes)) != cudaSuccess) return err;");
-    L.line("attr_set = true;");
-    L.close();
+        "if ((err = kiln::rt::raise_smem_limit_once<kern>(Cfg::kSmemBytes)) != cudaSuccess) "
+        "return err;");
     int64_t nb = ob[0] * ob[1];
     int64_t chunk = kp.splits > 1 ? cdiv(cdiv(K, kp.splits), 32) * 32 : K;
     std::string part = kp.splits > 1
@@ -426,15 +422,9 @@ void emit_graph_defined(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   for (size_t d = 0; d < bg.grid.size(); ++d) g[d] = bg.grid[d];
   Code& L = x.launch;
   L.open("{");
-  if (kp.block->smem_bytes > 48 * 1024) {
-    L.line("static bool attr_set = false;");
-    L.open("if (!attr_set) {");
-    L.f("if ((err = cudaFuncSetAttribute({}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-        "kSmem_{})) != cudaSuccess) return err;",
+  if (kp.block->smem_bytes > 48 * 1024)
+    L.f("if ((err = kiln::rt::raise_smem_limit_once<{}>(kSmem_{})) != cudaSuccess) return err;",
         kp.kernel, kp.kernel);
-    L.line("attr_set = true;");
-    L.close();
-  }
   L.f("{}<<<dim3({}, {}, {}), {}, kSmem_{}, stream>>>({});", kp.kernel, g[0], g[1], g[2],
       bg.block_threads, kp.kernel, fmt::join(args, ", "));
   launch_check(L);

@@ -70,6 +70,21 @@ KILN_DEV uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+#ifndef __CUDACC_RTC__
+// Raises Kernel's dynamic shared-memory limit to `bytes` on the first call (one flag per kernel;
+// one GPU per process assumed), so that later launches can be captured into CUDA graphs: the
+// attribute call itself must not run inside a capture.
+template <auto Kernel>
+inline cudaError_t raise_smem_limit_once(int bytes) {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done = true;
+  return e;
+}
+#endif  // __CUDACC_RTC__
+
 }  // namespace rt
 }  // namespace kiln
 

@@ -112,16 +112,9 @@ template <class Cfg, typename TO, class Epi>
 inline cudaError_t gemm_launch(const typename Cfg::Elem* A, int64_t lda,
                                const typename Cfg::Elem* B, int64_t ldb, TO* C, int64_t ldc, int M,
                                int N, int K, Epi epi, cudaStream_t stream) {
-  auto kernel = gemm_kernel<Cfg, TO, Epi>;
-  // Raising the shared-memory limit once per instantiation (and device: one GPU assumed) keeps
-  // the call out of CUDA-graph captures of later launches.
-  static bool smem_set = false;
-  if (!smem_set) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    smem_set = true;
-  }
+  constexpr auto kernel = gemm_kernel<Cfg, TO, Epi>;
+  const cudaError_t e = raise_smem_limit_once<kernel>(Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
   dim3 grid(ceil_div(N, Cfg::kBN), ceil_div(M, Cfg::kBM));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
   return cudaGetLastError();

@@ -401,16 +401,9 @@ inline cudaError_t wgmma_gemm_launch(const typename G::TileA::Elem* A, int64_t l
                                      const typename G::TileA::Elem* B, int64_t ldb, TO* C,
                                      int64_t ldc, int M, int N, int K, Epi epi,
                                      cudaStream_t stream) {
-  auto kernel = wgmma_gemm_kernel<G, TO, Epi>;
-  // Raising the shared-memory limit once per instantiation (and device: one GPU assumed) keeps
-  // the call out of CUDA-graph captures of later launches.
-  static bool smem_set = false;
-  if (!smem_set) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    smem_set = true;
-  }
+  constexpr auto kernel = wgmma_gemm_kernel<G, TO, Epi>;
+  const cudaError_t e = raise_smem_limit_once<kernel>(G::kSmemBytes);
+  if (e != cudaSuccess) return e;
   dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
   kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
   return cudaGetLastError();
@@ -429,15 +422,9 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
   if (e == cudaSuccess) e = tma_encode_2d(&mb1, G::kNB > 1 ? B1 : B0, K, N, ldb, G::kBK, 64, true);
   if (e != cudaSuccess) return e;
-  auto kernel = wgmma_ws_gemm_kernel<G, TO, Epi>;
-  // Raising the shared-memory limit once per instantiation (and device: one GPU assumed) keeps
-  // the call out of CUDA-graph captures of later launches.
-  static bool smem_set = false;
-  if (!smem_set) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    smem_set = true;
-  }
+  constexpr auto kernel = wgmma_ws_gemm_kernel<G, TO, Epi>;
+  e = raise_smem_limit_once<kernel>(G::kSmemBytes);
+  if (e != cudaSuccess) return e;
   dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
   kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(ma, mb0, mb1, C, ldc, M, N, K, epi);
   return cudaGetLastError();

@@ -249,16 +249,8 @@ class BranchRunner {
   // parent is the root, marked -2).
   void event(int64_t id, int64_t parent, const char* kind, const char* ev, std::string reason,
              std::string detail, double cost_us = -1) {
-    TraceEvent e;
-    e.id = id;
-    e.parent = parent;
-    e.kind = kind;
-    e.event = ev;
-    e.reason = std::move(reason);
-    e.detail = std::move(detail);
-    e.cost_us = cost_us;
-    e.t = sh_.elapsed();
-    out_.events.push_back(std::move(e));
+    out_.events.push_back(
+        {id, parent, kind, ev, std::move(reason), std::move(detail), cost_us, sh_.elapsed()});
   }
   // Another event of an existing state.
   void note(int64_t id, const char* kind, const char* ev, std::string reason, std::string detail,
@@ -573,16 +565,8 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   std::vector<TraceEvent> events;
   auto ev = [&](int64_t id, int64_t parent, const char* kind, const char* e, std::string reason,
                 std::string detail, double cost_us = -1) {
-    TraceEvent t;
-    t.id = id;
-    t.parent = parent;
-    t.kind = kind;
-    t.event = e;
-    t.reason = std::move(reason);
-    t.detail = std::move(detail);
-    t.cost_us = cost_us;
-    t.t = sh.elapsed();
-    events.push_back(std::move(t));
+    events.push_back(
+        {id, parent, kind, e, std::move(reason), std::move(detail), cost_us, sh.elapsed()});
   };
   int64_t next_id = 0;
   ev(next_id++, -1, "root", "expanded", {}, fmt::format("spec {}", spec.name));

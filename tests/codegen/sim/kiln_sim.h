@@ -404,6 +404,12 @@ inline uint16_t float_to_bf16(float f) {
 namespace kiln {
 namespace rt {
 
+// runtime/base.cuh's launch helper; the simulator has no shared-memory limit to raise.
+template <auto Kernel>
+inline cudaError_t raise_smem_limit_once(int bytes) {
+  return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 inline constexpr int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
