@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,6 +23,7 @@
 
 #include "kiln/codegen/emit.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
 #include "kiln/search/generator.h"
 
 namespace kiln::search {
@@ -118,13 +118,6 @@ namespace {
 bool executable(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0;
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) user_error(ErrorCode::Io, "cannot write {}", p.string());
 }
 
 }  // namespace
@@ -245,7 +238,7 @@ Measurement compile_harness(const std::string& dir, const HarnessRun& opt) {
   KILN_ASSERT(line.rfind("nvcc ", 0) == 0, "nvcc_command starts with nvcc: {}", line);
   line = shell_quote(opt.nvcc) + line.substr(4);
   ProcessResult r = runner_of(opt)(line, opt.compile_timeout_s);
-  write_file(m.log, "$ " + line + "\n" + r.output);
+  write_file_text(m.log, "$ " + line + "\n" + r.output);
   if (r.timed_out) {
     m.status = ProfileStatus::Timeout;
     m.error = fmt::format("nvcc timed out after {:.0f} s (log: {})", opt.compile_timeout_s, m.log);
@@ -327,7 +320,7 @@ Measurement run_harness(const std::string& dir, const HarnessRun& opt) {
   Measurement m = parse_harness_output(r);
   m.harness = (d / "harness.cu").string();
   m.log = (d / "run.log").string();
-  write_file(m.log, "$ " + cmd + "\n" + r.output);
+  write_file_text(m.log, "$ " + cmd + "\n" + r.output);
   if (m.status == ProfileStatus::Timeout)
     m.error = fmt::format("the harness timed out after {:.0f} s", opt.run_timeout_s);
   if (!m.ok()) m.error += " (log: " + m.log + ")";
@@ -384,7 +377,8 @@ ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Cand
     ho.seed = opt.run.seed;
     ho.checks = opt.run.checks;
     ho.repeats = opt.run.repeats;
-    write_file(fs::path(dirs[i]) / "harness.cu", emit_harness(p.candidate.graph, spec, ho));
+    write_file_text((fs::path(dirs[i]) / "harness.cu").string(),
+                    emit_harness(p.candidate.graph, spec, ho));
     p.m.harness = (fs::path(dirs[i]) / "harness.cu").string();
   }
   int workers = opt.threads > 0 ? opt.threads : int(std::thread::hardware_concurrency());

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -87,11 +86,7 @@ void add_bench(CLI::App& app) {
     ho.checks = checks;
     ho.repeats = repeats;
     std::string cu = (fs::path(dir) / "harness.cu").string();
-    {
-      std::ofstream out(cu, std::ios::binary);
-      out << emit_harness(g, spec, ho);
-      if (!out) user_error(ErrorCode::Io, "cannot write {}", cu);
-    }
+    write_file_text(cu, emit_harness(g, spec, ho));
     std::string run_args = fmt::format("--seed {} --checks {} --repeats {}", seed, checks, repeats);
     std::optional<std::string> found = search::find_nvcc(nvcc);
     if (!found) {

@@ -5,7 +5,6 @@
 // --harness also writes the GPU harness (main(): seeded inputs, float64 reference from the spec,
 // check, CUDA-graph timing) that scripts/gpu_check.sh compiles and runs.
 #include <cstdio>
-#include <fstream>
 
 #include "commands.h"
 #include "kiln/codegen/emit.h"
@@ -16,16 +15,7 @@
 
 namespace kiln::cli {
 
-namespace {
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) throw UserError(ErrorCode::Io, "cannot write " + path);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void add_emit(CLI::App& app) {
   auto* cmd = app.add_subcommand(
@@ -74,14 +64,14 @@ void add_emit(CLI::App& app) {
     if (schedule)
       std::fputs(schedule_to_text(g, plan_schedule(g, target_for(eo.arch))).c_str(), stdout);
     if (!out.empty()) {
-      write_text(out, emit_cuda(g, eo));
+      write_file_text(out, emit_cuda(g, eo));
       std::fprintf(stderr, "wrote %s\n  build: %s\n", out.c_str(),
                    nvcc_command(out, out.substr(0, out.rfind('.')) + ".o", eo.arch).c_str());
     }
     if (!harness.empty()) {
       HarnessOptions ho;
       ho.emit = eo;
-      write_text(harness, emit_harness(g, spec, ho));
+      write_file_text(harness, emit_harness(g, spec, ho));
       std::fprintf(
           stderr, "wrote %s\n  build: %s\n", harness.c_str(),
           nvcc_command(harness, harness.substr(0, harness.rfind('.')), eo.arch, false).c_str());

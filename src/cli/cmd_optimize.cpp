@@ -12,7 +12,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -28,12 +27,6 @@
 namespace kiln::cli {
 
 namespace {
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) user_error(ErrorCode::Io, "cannot write {}", path);
-}
 
 std::string pruned_str(const std::map<std::string, int64_t>& m) {
   std::string s;
@@ -191,10 +184,10 @@ void add_optimize(CLI::App& app) {
     const search::Candidate& model_best = res.best();
     const search::ProfiledCandidate* measured = prof_res ? prof_res->winner() : nullptr;
     const search::Candidate& best = measured ? measured->candidate : model_best;
-    write_text(out_dir + "/" + spec.name + ".mugraph.json", write_mugraph(best.graph));
+    write_file_text(out_dir + "/" + spec.name + ".mugraph.json", write_mugraph(best.graph));
     for (size_t i = 0; i < res.ranked.size(); ++i)
-      write_text(fmt::format("{}/candidates/{}_{}.mugraph.json", out_dir, i + 1, spec.name),
-                 write_mugraph(res.ranked[i].graph));
+      write_file_text(fmt::format("{}/candidates/{}_{}.mugraph.json", out_dir, i + 1, spec.name),
+                      write_mugraph(res.ranked[i].graph));
     nlohmann::json report = search::result_to_json(res, false);
     report["spec"] = file;
     report["target"] = target;
@@ -234,12 +227,12 @@ void add_optimize(CLI::App& app) {
         }
     }
     report["winner"] = best.fingerprint;
-    write_text(out_dir + "/report.json", report.dump(2) + "\n");
+    write_file_text(out_dir + "/report.json", report.dump(2) + "\n");
     EmitOptions eo;
     eo.arch = cfg.arch;
     eo.verdict = best.verdict;
     eo.source = file;
-    write_text(out_dir + "/" + spec.name + ".cu", emit_cuda(best.graph, eo));
+    write_file_text(out_dir + "/" + spec.name + ".cu", emit_cuda(best.graph, eo));
     const search::SearchStats& st = res.stats;
     std::fprintf(
         stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",

@@ -344,4 +344,15 @@ std::string read_file_text(const std::string& path) {
   return text;
 }
 
+void write_file_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) {
+    UserError e(ErrorCode::Io, fmt::format("cannot write: {}", std::strerror(errno)));
+    e.with_file(path);
+    throw e;
+  }
+}
+
 }  // namespace kiln

@@ -22,6 +22,8 @@ inline constexpr int kMaxJsonDepth = 64;
 nlohmann::json parse_json_text(std::string_view text, const std::string& file);
 // Reads a file (at most kMaxFileBytes) into a string. Throws UserError(Io).
 std::string read_file_text(const std::string& path);
+// Writes text to path (created or truncated); UserError(Io) naming the file if that fails.
+void write_file_text(const std::string& path, const std::string& text);
 
 // spec/1 -> kernel graph of predefined ops.
 KernelGraph parse_spec(std::string_view text, const std::string& file = "<input>");
