@@ -22,6 +22,8 @@
 // last block of a column block to arrive (an atomic counter) sums all splits, its warps sharing
 // the reads, in a fixed order (deterministic), and runs the epilogue: one launch does everything.
 // That block resets the counter, ready for the next launch.
+// On sm_90, gemv_cluster_kernel (below) instead makes the splits of a column block the CTAs of one
+// cluster and reduces through distributed shared memory: no workspace, counters or memset.
 //
 // Accumulator layout (GemvAcc, per lane; g = lane / 4, t = lane % 4): c[j][mt].x[2 h + e] is the
 // sum for batch row m = 8 mt + 2t + e and column n = n_warp + 8g + 2j + h. So each lane ends
@@ -302,15 +304,17 @@ struct GemvRmsNorm {
 
 // out[m, n .. n+8) <- epi(...) for the lane's rows m < M; one 16-byte store per row (two for
 // f32). Called by the warp that holds the final sums; rowsq[m] (read only if Epi::kRowSumSq)
-// is the row's sum of squares.
+// is the row's sum of squares. Only the m-tiles mt with bit mt of mt_mask set are stored (the
+// cluster kernel stores the m-tiles its CTA owns; the default, all, folds away).
 template <typename TO, int MT, int NW, class Epi>
 KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int M, int N,
-                         int n_warp, const float* rowsq, const Epi& epi) {
+                         int n_warp, const float* rowsq, const Epi& epi, uint32_t mt_mask = ~0u) {
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int n = n_warp + 8 * g;
   if (n >= N) return;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt) {
+    if (!((mt_mask >> mt) & 1u)) continue;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int m = 8 * mt + 2 * t + e;
@@ -328,6 +332,7 @@ KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int
 #pragma unroll
       for (int q = 0; q < 8; q += Vec16<TO>::kElems) store16_f32(p + q, y + q);
     }
+  }
 }
 
 // The whole GEMV as one kernel. grid = (gemv_col_blocks(N, WARPS_N), splits), block =
@@ -375,6 +380,228 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     __syncthreads();
   }
   if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi);
+}
+
+// ---- Split-K across a thread-block cluster (sm_90) ---------------------------------------------
+//
+// gemv_kernel's split-K publishes partials to a global workspace and lets the last block to
+// arrive (an atomic counter) reduce them: that needs a workspace and counters zeroed before the
+// first launch (a memset node in front of each graph launch) and puts a threadfence, an atomic
+// and the L2 round trips of the last block on the critical path. On sm_90 the splits of one
+// column block can instead be the CTAs of one cluster (cluster dims (1, splits, 1)), which are
+// co-scheduled on one GPC and can store into each other's shared memory (DSMEM): no workspace,
+// no counters, no memset, and the exchange stays on the SM-to-SM network.
+//
+// Protocol (every thread of every CTA runs each barrier step; rank = blockIdx.y):
+//   1. cluster_arrive_relaxed() at kernel start; mainloop, gemv_block_reduce, gemv_rowsq_block.
+//   2. cluster_wait(): every CTA of the cluster has started, so its shared memory exists and may
+//      be written (the rule for DSMEM). Started long ago in practice: this costs nothing.
+//   3. The partial is cut into work units u = mt * WARPS_N + wn (one m-tile of one warp's column
+//      slab: NW * 4 float4 per lane); unit u belongs to rank u % splits. Each wk = 0 warp stores
+//      the units it holds that another rank owns into that owner's slot [u / splits][source]
+//      (st.shared::cluster at the mapa'd address; the owner's own partial stays in registers).
+//      With kRowSumSq, thread tid < MT * 8 stores its `row` into slot [rank][tid] of every rank.
+//   4. cluster_arrive() (release) + cluster_wait() (acquire): the stores of step 3 happen before
+//      any read after the wait, at cluster scope. No CTA exits before every CTA has arrived, so
+//      no store targets the shared memory of an exited CTA; nothing remote is touched after.
+//   5. Each owner sums its units over source ranks 0 .. splits-1 in that order (its own
+//      registers at its own rank), so the result does not depend on arrival order, and runs the
+//      epilogue for those m-tiles (gemv_store's mt_mask). Row sums likewise, in rank order.
+// Dynamic shared memory: gemv_cluster_smem_bytes (below); static: as gemv_kernel (red, srow,
+// srow_final).
+
+// barrier.cluster / mapa / st.shared::cluster wrappers; traps when built for sm_80.
+// Arrive without ordering: only marks that this thread has started (step 1).
+KILN_DEV void cluster_arrive_relaxed() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// Arrive with release semantics: this thread's earlier memory operations (DSMEM stores
+// included) are ordered before the arrival, at cluster scope.
+KILN_DEV void cluster_arrive() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// Waits for every non-exited thread of the cluster to arrive; acquire semantics.
+KILN_DEV void cluster_wait() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// The shared::cluster address of the variable at shared::cta address `saddr` in CTA `rank` of
+// this cluster (every CTA of a kernel has the same shared-memory layout).
+KILN_DEV uint32_t dsmem_map(uint32_t saddr, int rank) {
+#if KILN_RT_SM90
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
+  return r;
+#else
+  __trap();
+  return 0;
+#endif
+}
+KILN_DEV void dsmem_store(uint32_t caddr, float4 v) {
+#if KILN_RT_SM90
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(caddr), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+KILN_DEV void dsmem_store(uint32_t caddr, float v) {
+#if KILN_RT_SM90
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(caddr), "f"(v) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Dynamic shared memory of gemv_cluster_kernel, in bytes: per CTA, ceil(WARPS_N * MT / splits)
+// owned units x (splits - 1) remote sources x NW * 512 floats (NW * 4 float4 x 32 lanes), plus,
+// with kRowSumSq, splits x MT * 8 row sums; 0 for one split. E.g. WARPS_N = 2, NW = 1: MT = 1:
+// 2 KB at 2 splits .. 14 KB at 8; MT = 2: 4 .. 14 KB; MT = 4: 8 .. 24 KB. The largest with
+// WARPS_N = 2 is MT = 4, NW = 2 at 7 splits: 48 KB; WARPS_N = 4, MT = 4, NW = 2 needs up to
+// 72 KB (the launcher raises the limit). The owner's own partial needs no slot (registers).
+KILN_HD constexpr int gemv_cluster_smem_bytes(int warps_n, int mt, int nw, int splits,
+                                              bool rowsq = false) {
+  return splits > 1 ? 4 * (ceil_div(warps_n * mt, splits) * (splits - 1) * nw * 512 +
+                           (rowsq ? splits * mt * 8 : 0))
+                    : 0;
+}
+// Its largest value over the cluster sizes the kernel supports (1 .. 8).
+KILN_HD constexpr int gemv_cluster_smem_bytes_max(int warps_n, int mt, int nw, bool rowsq = false) {
+  int m = 0;
+  for (int s = 1; s <= 8; ++s) m = max_i(m, gemv_cluster_smem_bytes(warps_n, mt, nw, s, rowsq));
+  return m;
+}
+
+// gemv_kernel with split-K over the CTAs of a cluster (protocol above). sm_90 only (traps on
+// older targets). grid = (gemv_col_blocks(N, WARPS_N), splits) with cluster dims (1, splits, 1),
+// splits in [1, 8] (the portable cluster size), so a column block's splits are exactly one
+// cluster and the cluster rank is blockIdx.y; dynamic shared memory gemv_cluster_smem_bytes(
+// WARPS_N, MT, NW, splits, Epi::kRowSumSq). k_chunk and the other arguments as gemv_kernel; a
+// split whose k-range is empty contributes zeros. Launch with gemv_cluster_launch.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS, class Epi>
+__global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
+    gemv_cluster_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W0,
+                        const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo,
+                        int M, int N, int K, int k_chunk, Epi epi) {
+#if KILN_RT_SM90
+  constexpr bool kRows = Epi::kRowSumSq;
+  constexpr int kSlot = NW * 4 * 32;  // float4 per (unit, source): index ((v * 4 + j) * 32 + lane)
+  __shared__ float red[WARPS_K > 1 ? (WARPS_K - 1) * WARPS_N * 512 : 1];
+  __shared__ float srow[kRows ? WARPS_K * MT * 8 : 1];
+  __shared__ float srow_final[kRows ? MT * 8 : 1];
+  extern __shared__ float4 gemv_cluster_dsmem[];  // [owned unit][source != rank][kSlot], rows
+  const int lane = lane_id(), warp = warp_id();
+  const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+  const int n_warp = (blockIdx.x * WARPS_N + wn) * 64;
+  const int rank = blockIdx.y, splits = gridDim.y;  // cluster (1, splits, 1): rank = blockIdx.y
+  const bool clustered = splits > 1;                // grid-uniform
+  const int k_begin = rank * k_chunk, k_end = min_i(K, k_begin + k_chunk);
+  if (clustered) cluster_arrive_relaxed();
+
+  GemvAcc<MT> acc[NW];
+  float rowsq[MT];
+#pragma unroll
+  for (int v = 0; v < NW; ++v) acc[v].zero();
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = 0.0f;
+  gemv_mainloop<T, MT, NW, UNROLL, kRows>(acc, rowsq, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin,
+                                          k_end, wk, WARPS_K);
+  gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
+  float row = 0.0f;
+  if constexpr (kRows) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
+
+  float4* const slots = gemv_cluster_dsmem;
+  const int sources = splits - 1;  // remote sources per owned unit
+  float* const srows =
+      reinterpret_cast<float*>(slots + ceil_div(WARPS_N * MT, splits) * sources * kSlot);
+  if (clustered) {
+    cluster_wait();  // every CTA of the cluster has started (step 2)
+    if (wk == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int u = mt * WARPS_N + wn, owner = u % splits;
+        if (owner == rank) continue;
+        const int slot = (u / splits) * sources + (rank < owner ? rank : rank - 1);
+        const uint32_t dst = dsmem_map(smem_u32(slots + slot * kSlot + lane), owner);
+#pragma unroll
+        for (int v = 0; v < NW; ++v)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const FragC& c = acc[v].c[j][mt];
+            dsmem_store(dst + (v * 4 + j) * 32 * 16, make_float4(c.x[0], c.x[1], c.x[2], c.x[3]));
+          }
+      }
+    }
+    if (kRows && threadIdx.x < MT * 8) {
+      const uint32_t a = smem_u32(srows + rank * MT * 8 + threadIdx.x);
+      for (int r = 0; r < splits; ++r) dsmem_store(dsmem_map(a, r), row);
+    }
+    cluster_arrive();  // release: the stores above before ...
+    cluster_wait();    // ... every read below (acquire), in every CTA of the cluster
+    if (kRows && threadIdx.x < MT * 8) {
+      row = 0.0f;
+      for (int r = 0; r < splits; ++r) row += srows[r * MT * 8 + threadIdx.x];
+    }
+  }
+  if constexpr (kRows) {
+    if (threadIdx.x < MT * 8) srow_final[threadIdx.x] = row;
+    __syncthreads();
+  }
+  if (wk == 0) {
+    uint32_t owned = 0;  // m-tiles of this warp's slab that this CTA stores
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int u = mt * WARPS_N + wn;
+      if (u % splits != rank) continue;
+      owned |= 1u << mt;
+      if (clustered) {
+        float4 sum[NW][4];
+#pragma unroll
+        for (int v = 0; v < NW; ++v)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) sum[v][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        // Fixed order: source rank 0, 1, ... (at r == rank the slot index is only kept in range;
+        // the registers are used).
+        for (int r = 0; r < splits; ++r) {
+          const float4* src =
+              slots + ((u / splits) * sources + (r < rank ? r : max_i(r - 1, 0))) * kSlot + lane;
+#pragma unroll
+          for (int v = 0; v < NW; ++v)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const FragC& c = acc[v].c[j][mt];
+              const float4 q =
+                  r == rank ? make_float4(c.x[0], c.x[1], c.x[2], c.x[3]) : src[(v * 4 + j) * 32];
+              sum[v][j].x += q.x, sum[v][j].y += q.y, sum[v][j].z += q.z, sum[v][j].w += q.w;
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < NW; ++v)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            FragC& c = acc[v].c[j][mt];
+            c.x[0] = sum[v][j].x, c.x[1] = sum[v][j].y, c.x[2] = sum[v][j].z, c.x[3] = sum[v][j].w;
+          }
+      }
+    }
+    gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi, owned);
+  }
+#else
+  __trap();
+#endif
 }
 
 // ---- Host-side planning ------------------------------------------------------------------------
@@ -432,6 +659,91 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1
       <<<grid, 32 * WARPS_N * WARPS_K, 0, stream>>>(X, ldx, W0, W1, ldw, out, ldo, M, N, K, k_chunk,
                                                     ws, counters, epi);
   return cudaGetLastError();
+}
+
+// ---- Cluster split-K (sm_90): planning and launch ----------------------------------------------
+
+// A split count for gemv_cluster_kernel: as gemv_pick_splits (one wave of target_blocks blocks,
+// at least min_k_per_warp rows of K per warp, no empty split), capped at the portable cluster
+// size 8. One wave of blocks need not be one wave of clusters (a cluster must fit in one GPC):
+// check with gemv_cluster_active_clusters where it matters.
+inline int gemv_cluster_pick_splits(int N, int K, int warps_n, int warps_k, int target_blocks,
+                                    int min_k_per_warp = 128) {
+  const int splits =
+      min_i(8, gemv_pick_splits(N, K, warps_n, warps_k, target_blocks, min_k_per_warp));
+  return ceil_div(K, gemv_k_chunk(K, splits));
+}
+
+// Raises the kernel's dynamic shared-memory limit once, to its largest size over all cluster
+// sizes, when that exceeds the 48 KB default (before any graph capture: see raise_smem_limit_once).
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS, class Epi>
+inline cudaError_t gemv_cluster_prepare() {
+  constexpr int kMax = gemv_cluster_smem_bytes_max(WARPS_N, MT, NW, Epi::kRowSumSq);
+  if constexpr (kMax > 48 * 1024) {
+    constexpr auto kernel =
+        gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>;
+    return raise_smem_limit_once<kernel>(kMax);
+  } else {
+    return cudaSuccess;
+  }
+}
+
+// The launch configuration of gemv_cluster_launch; attr is the storage for its one attribute.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS, class Epi>
+inline cudaLaunchConfig_t gemv_cluster_config(int N, int splits, cudaStream_t stream,
+                                              cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(gemv_col_blocks(N, WARPS_N), splits, 1);
+  cfg.blockDim = dim3(32 * WARPS_N * WARPS_K, 1, 1);
+  cfg.dynamicSmemBytes = gemv_cluster_smem_bytes(WARPS_N, MT, NW, splits, Epi::kRowSumSq);
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = 1;
+  attr->val.clusterDim.y = splits;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+// How many clusters of `splits` CTAs can be resident at once (cudaOccupancyMaxActiveClusters);
+// gemv_col_blocks(N, WARPS_N) clusters or fewer run in one wave.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS, class Epi>
+inline cudaError_t gemv_cluster_active_clusters(int N, int splits, int* clusters) {
+  cudaError_t e = gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg =
+      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits, 0,
+                                                                                    &attr);
+  return cudaOccupancyMaxActiveClusters(
+      clusters, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>,
+      &cfg);
+}
+
+// Launches gemv_cluster_kernel with `splits` k-splits (1 .. 8; cudaErrorInvalidValue otherwise)
+// as clusters of (1, splits, 1). Needs an sm_90 device; the preconditions of gemv_kernel without
+// the workspace ones. No state survives between launches, so launches may overlap freely.
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
+inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, const T* W1,
+                                       int64_t ldw, TO* out, int64_t ldo, int M, int N, int K,
+                                       int splits, cudaStream_t stream, Epi epi = Epi()) {
+  if (splits < 1 || splits > 8) return cudaErrorInvalidValue;
+  const cudaError_t e =
+      gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
+  if (e != cudaSuccess) return e;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg =
+      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits,
+                                                                                    stream, &attr);
+  const int k_chunk = gemv_k_chunk(K, splits);
+  return cudaLaunchKernelEx(
+      &cfg, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>, X, ldx,
+      W0, W1, ldw, out, ldo, M, N, K, k_chunk, epi);
 }
 #endif  // __CUDACC_RTC__
 

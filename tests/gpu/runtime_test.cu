@@ -930,12 +930,15 @@ struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
   }
 };
 
-template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, class Epi>
+// CLUSTER: gemv_cluster_launch (sm_90) with exactly `splits` CTAs per cluster, empty k-ranges
+// included; otherwise gemv_launch with the splits that are not empty.
+template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, bool CLUSTER = false,
+          class Epi>
 void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
                const float* h_row_scale = nullptr, int repeats = 2) {
   const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
   const int k_chunk = gemv_k_chunk(K, splits);
-  const int real_splits = ceil_div(K, k_chunk);
+  const int real_splits = CLUSTER ? splits : ceil_div(K, k_chunk);
   const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq);
   DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
   DBuf<TO> dout(size_t(M) * ldo);
@@ -949,8 +952,13 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
     auto X = random_vec<T>(dX.n), W0 = random_vec<T>(dW0.n), W1 = random_vec<T>(dW1.n);
     dX.upload(X), dW0.upload(W0), dW1.upload(W1);
     dout.poison();
-    CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M,
-                                                      N, K, real_splits, dws.p, dcnt.p, 0, epi)));
+    if constexpr (CLUSTER) {
+      CK((gemv_cluster_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
+          dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, splits, 0, epi)));
+    } else {
+      CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
+          dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, real_splits, dws.p, dcnt.p, 0, epi)));
+    }
     CK_LAUNCH();
     auto out = dout.download();
     std::vector<double> ref(out.size(), 0.0);
@@ -985,8 +993,9 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
   }
   const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
   char name[200];
-  snprintf(name, sizeof name, "gemv.%s_m%d_n%d_k%d_mt%d_nw%d_w%dx%d_u%d_splits%d_%s_%s", tname<T>(),
-           M, N, K, MT, NW, WN, WK, U, real_splits, tname<TO>(), epi_name);
+  snprintf(name, sizeof name, "%s.%s_m%d_n%d_k%d_mt%d_nw%d_w%dx%d_u%d_splits%d_%s_%s",
+           CLUSTER ? "gemv_cluster" : "gemv", tname<T>(), M, N, K, MT, NW, WN, WK, U, real_splits,
+           tname<TO>(), epi_name);
   report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
 }
 
@@ -1020,6 +1029,53 @@ static void test_gemv_all() {
   test_gemv<H, H, 1, 1, 2, 4, 2>(2, 1032, 4096, 6, GemvRmsNorm{1.0f / 4096, 1e-6f}, "rmsnorm");
   test_gemv<H, float, 4, 1, 2, 4, 1>(32, 264, 4100, 5, GemvRmsNorm{1.0f / 4100, 1e-6f}, "rmsnorm");
   test_gemv<BF, BF, 2, 1, 4, 2, 2>(9, 520, 2048, 3, GemvRmsNorm{1.0f / 2048, 1e-6f}, "rmsnorm");
+}
+
+// Split-K over the CTAs of a cluster, reduced through DSMEM: every cluster size 1 .. 8, units
+// (m-tile x warp slab) fewer than, equal to and more than the splits (ranks owning none, one,
+// several), empty k-ranges (K = 516 at 8 splits: chunks of 80), and the epilogues that need the
+// right rows m (coords) and the cluster-wide row sums (rms_norm).
+static void test_gemv_cluster(const cudaDeviceProp& prop) {
+  if (prop.major < 9) {
+    printf("SKIP gemv_cluster (needs sm_90, device is sm_%d%d)\n", prop.major, prop.minor);
+    return;
+  }
+  using H = __half;
+  using BF = __nv_bfloat16;
+  const GemvIdentity id;
+  for (int s = 1; s <= 8; ++s) test_gemv<H, H, 1, 1, 2, 4, 2, true>(1, 4104, 4100, s, id, "id");
+  test_gemv<H, H, 1, 1, 2, 4, 2, true>(5, 1032, 2052, 3, id, "id");
+  for (int s : {2, 5, 8}) test_gemv<H, H, 2, 1, 4, 2, 2, true>(16, 1000, 2048, s, id, "id");
+  for (int s : {1, 4, 7, 8}) test_gemv<H, H, 4, 1, 2, 4, 1, true>(32, 520, 4100, s, id, "id");
+  test_gemv<H, H, 4, 1, 2, 4, 1, true>(27, 392, 516, 8, id, "id");
+  test_gemv<BF, BF, 1, 1, 2, 4, 2, true>(8, 776, 1500, 6, id, "id");
+  test_gemv<BF, float, 2, 1, 2, 4, 2, true>(11, 256, 2000, 2, id, "id");
+  test_gemv<H, H, 1, 2, 2, 4, 1, true>(1, 1032, 2048, 4, GemvSiluMul(), "silu_mul");
+  test_gemv<H, H, 1, 2, 2, 4, 1, true>(5, 1032, 1028, 8, GemvSiluMul(), "silu_mul");
+  test_gemv<H, H, 2, 2, 2, 4, 1, true>(16, 1032, 1024, 5, GemvSiluMul(), "silu_mul");
+  test_gemv<BF, BF, 2, 2, 2, 4, 1, true>(16, 264, 1024, 3, GemvSiluMul(), "silu_mul");
+  test_gemv<BF, BF, 2, 2, 2, 4, 1, true>(13, 264, 1540, 7, GemvSiluMul(), "silu_mul");
+  // 16 units, 72 KB (7 splits) and 56 KB (8) of dynamic shared memory: the raised limit.
+  test_gemv<H, H, 4, 2, 4, 2, 1, true>(32, 1032, 2048, 7, GemvSiluMul(), "silu_mul");
+  test_gemv<H, H, 4, 2, 4, 2, 1, true>(29, 1032, 2048, 8, GemvSiluMul(), "silu_mul");
+  std::vector<float> scale(32);
+  for (auto& s : scale) s = g_rng.range(0.5f, 2.0f);
+  DBuf<float> dscale(32);
+  dscale.upload(scale);
+  test_gemv<H, float, 2, 1, 2, 4, 2, true>(13, 328, 1024, 3, GemvEpiCoords{dscale.p}, "coords",
+                                           scale.data());
+  test_gemv<H, float, 4, 1, 1, 8, 2, true>(30, 200, 512, 7, GemvEpiCoords{dscale.p}, "coords",
+                                           scale.data());
+  test_gemv<H, H, 1, 1, 2, 4, 2, true>(2, 1032, 4096, 1, GemvRmsNorm{1.0f / 4096, 1e-6f},
+                                       "rmsnorm");
+  test_gemv<H, H, 1, 1, 2, 4, 2, true>(2, 1032, 4096, 6, GemvRmsNorm{1.0f / 4096, 1e-6f},
+                                       "rmsnorm");
+  test_gemv<H, float, 4, 1, 2, 4, 1, true>(32, 264, 4100, 5, GemvRmsNorm{1.0f / 4100, 1e-6f},
+                                           "rmsnorm");
+  test_gemv<H, H, 4, 1, 2, 4, 1, true>(32, 264, 4100, 8, GemvRmsNorm{1.0f / 4100, 1e-6f},
+                                       "rmsnorm");
+  test_gemv<BF, BF, 2, 1, 4, 2, 2, true>(9, 520, 2048, 8, GemvRmsNorm{1.0f / 2048, 1e-6f},
+                                         "rmsnorm");
 }
 
 // ---- Timing ------------------------------------------------------------------------------------
@@ -1113,6 +1169,43 @@ void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, _
       100.0 * gbps / 3000.0, 100.0 * gbps / g_copy_gbps);
 }
 
+// The cluster variant of time_gemv_cfg (sm_90): splits from gemv_cluster_pick_splits for one
+// wave of blocks, lowered until one wave of clusters fits (cudaOccupancyMaxActiveClusters).
+template <int MT, int NW, int WN, int WK, int U, int MINB, class Epi>
+void time_gemv_cluster_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, __half* X,
+                           __half* const* W, __half* out, Epi epi = Epi(), const char* tag = "") {
+  auto kernel = gemv_cluster_kernel<__half, __half, MT, NW, WN, WK, U, MINB, Epi>;
+  CK((gemv_cluster_prepare<__half, __half, MT, NW, WN, WK, U, MINB, Epi>()));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel, 32 * WN * WK, gemv_cluster_smem_bytes_max(WN, MT, NW, Epi::kRowSumSq)));
+  const int cb = gemv_col_blocks(s.N, WN);
+  int splits = gemv_cluster_pick_splits(s.N, s.K, WN, WK, prop.multiProcessorCount * per_sm, 128);
+  for (;;) {
+    int clusters = 0;
+    CK((gemv_cluster_active_clusters<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(s.N, splits,
+                                                                                   &clusters)));
+    if (clusters >= cb || splits == 1) break;
+    splits = ceil_div(s.K, gemv_k_chunk(s.K, splits - 1));
+  }
+  const size_t wsz = size_t(s.K) * s.N;
+  auto call = [&](int i, cudaStream_t st) {
+    const int c = i % copies;
+    const __half* w0 = W[c];
+    const __half* w1 = NW > 1 ? W[c] + wsz : W[c];
+    CK((gemv_cluster_launch<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(
+        X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, st, epi)));
+  };
+  const double us = time_us(call, 20);
+  const double bytes = double(NW) * wsz * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
+  const double gbps = bytes / (us * 1e3);
+  printf(
+      "TIME gemv %-36s%s cluster mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s "
+      "%5.1f%% of 3.0 TB/s %5.1f%% of copy\n",
+      s.name, tag, MT, WN, WK, U, MINB, cb, splits, per_sm, us, gbps, 100.0 * gbps / 3000.0,
+      100.0 * gbps / g_copy_gbps);
+}
+
 template <int MT, int NW>
 void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
   const size_t wbytes = size_t(s.nw) * s.K * s.N * sizeof(__half);
@@ -1153,6 +1246,18 @@ void time_gemv_shape(const GemvShape& s, const cudaDeviceProp& prop) {
     time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
     time_gemv_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 2.0);
     time_gemv_cfg<MT, 2, 2, 4, 2, 1, GemvSiluMul>(s, prop, copies, X, W.data(), out, ws, cnt, 1.0);
+  }
+  // The same default configurations with split-K over a cluster (no workspace, no counters).
+  if (prop.major >= 9) {
+    if constexpr (NW == 1) {
+      constexpr int kU = MT <= 2 ? 2 : 1;
+      time_gemv_cluster_cfg<MT, 1, 2, 4, kU, 2, GemvIdentity>(s, prop, copies, X, W.data(), out);
+      if (s.rmsnorm)
+        time_gemv_cluster_cfg<MT, 1, 2, 4, kU, 2>(s, prop, copies, X, W.data(), out,
+                                                  GemvRmsNorm{1.0f / s.K, 1e-6f}, " +rms");
+    } else {
+      time_gemv_cluster_cfg<MT, 2, 2, 4, 1, 2, GemvSiluMul>(s, prop, copies, X, W.data(), out);
+    }
   }
   for (auto p : W) cudaFree(p);
   cudaFree(X), cudaFree(out), cudaFree(ws), cudaFree(cnt);
@@ -1251,6 +1356,8 @@ int main() {
   test_wgmma(prop);
   stage("gemv");
   test_gemv_all();
+  stage("gemv_cluster");
+  test_gemv_cluster(prop);
   if (!getenv("KILN_SKIP_TIMING")) {
     stage("timing", 120);
     timing(prop);
