@@ -153,6 +153,7 @@ void emit_transpose(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
 // Reductions, softmax and rms_norm share the row structure: a warp or a block per row when the
 // reduced dim is innermost, else a thread per column.
 void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  if (kp.strategy.rfind("fused into", 0) == 0) return;  // its consumer's GEMV does it
   const OpClass cls = op_info(op.kind).cls;
   const TensorDesc& in = x.g.tensor(op.inputs[0]);
   const TensorDesc& out = x.g.tensor(op.outputs[0]);
@@ -302,8 +303,27 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
               kp.strategy);
   x.kernels.line("");
   L.open("{");
-  if (kp.strategy == "gemv") {
+  if (kp.strategy.rfind("gemv", 0) == 0) {
     int mt = static_cast<int>(cdiv(M, 8));
+    // "gemv rms_norm": A is rms_norm(X) (plan_schedule fused it): read X, scale rows at the end.
+    const bool rms = kp.strategy == "gemv rms_norm";
+    const KernelOp* rms_op = rms ? &x.g.ops[x.g.producer(op.inputs[0])] : nullptr;
+    const int a_in = rms ? rms_op->inputs[0] : op.inputs[0];
+    const std::string epi = rms ? fmt::format("kiln::rt::GemvRmsNorm{{{}, {}}}",
+                                              flit(1.0 / double(K)), flit(rms_op->attrs.eps))
+                                : std::string("kiln::rt::GemvIdentity()");
+    const int unroll = kp.gemv_unroll;  // and blocks per SM: plan_schedule's gemv rule
+    if (kp.gemv_cluster) {
+      L.f("err = kiln::rt::gemv_cluster_launch<{}, {}, {}, 1, {}, {}, {}, {}, {}>({}, {}, {}, {}, "
+          "{}, {}, {}, {}, {}, {}, {}, stream, {});",
+          TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, kp.gemv_min_blocks,
+          rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in), K,
+          x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits,
+          epi);
+      L.line("if (err != cudaSuccess) return err;");
+      L.close();
+      return;
+    }
     if (kp.splits > 1) {
       int64_t col_blocks = cdiv(N, 64 * kp.gemv_warps_n);
       L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
@@ -315,14 +335,12 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
       L.line("float* gw = nullptr;");
       L.line("int* counters = nullptr;");
     }
-    // UNROLL 2 (1 for 32 rows) and two resident blocks per SM: the configuration the runtime's
-    // GPU timings found fastest on every suite weight shape (docs/runtime.md); UNROLL 4 held
-    // too many registers for two blocks per SM.
-    int unroll = mt >= 4 ? 1 : 2;
-    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, {}, {}, {}, 2>({}, {}, {}, {}, {}, {}, {}, "
-        "{}, {}, {}, {}, gw, counters, stream);",
-        TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, x.ptr(op.inputs[0]), K,
-        x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
+    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, {}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, {}, gw, counters, stream, {});",
+        TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, kp.gemv_min_blocks,
+        rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in), K,
+        x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits,
+        epi);
     L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
     L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 4>, {}, "

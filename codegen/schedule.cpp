@@ -1298,6 +1298,9 @@ int64_t tensor_bytes(const TensorDesc& t) {
 
 }  // namespace
 
+// Whether sm_90a GEMVs split K across a cluster (see the gemv plan below).
+constexpr bool kGemvCluster = true;
+
 Schedule plan_schedule(const KernelGraph& g, const Target& t) {
   Schedule s;
   s.arch = t.arch;
@@ -1316,6 +1319,9 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
   };
   std::set<int> is_output(g.outputs.begin(), g.outputs.end());
   std::set<int> is_input(g.inputs.begin(), g.inputs.end());
+  std::vector<int> consumers(nt, 0);  // reading ops per tensor (an op reading twice counts once)
+  for (const KernelOp& k : g.ops)
+    for (int in : std::set<int>(k.inputs.begin(), k.inputs.end())) consumers[in]++;
   // Constants are folded into predefined consumers; they are materialized only when a
   // graph-defined op reads them or they are outputs.
   std::vector<bool> need_store(nt, false);
@@ -1438,31 +1444,68 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
           if (tc && batch == 1 && M <= 32 && K % 4 == 0 && N % 8 == 0 &&
               (N * dtype_bytes(out.dtype)) % 16 == 0) {
             kp.strategy = "gemv";
-            // Blocks of 2 x 4 warps (128 columns, split-K across blocks to fill the SMs); where
-            // 64-column blocks of 1 x 8 warps already give 1.5 blocks per SM, those without
-            // split-K: no partials, no counter reset (an extra graph node), no second pass
-            // (H100, session 1: 16x16384 x 16384x13312 147.8 us, 16x6656 x 6656x16384 74.9).
-            int warps_n = 2, warps_k = 4;
-            if (2 * ceil_div(N, 64) >= 3 * int64_t(t.sm_count)) warps_n = 1, warps_k = 8;
+            // Where 64-column slabs already give 1.5 blocks per SM: 1 x 8 warps per slab, no
+            // split-K (no partials, no second pass). Otherwise 1 x 4 warps per slab and k-splits
+            // for about 2.5 blocks per SM. Measured on the H100 (tests/gpu/gemv_sweep.cu,
+            // 2026-11-24; cluster split-K below): the time jumps by up to 40% once blocks pass
+            // about 3 per SM (N6144 K4096 m32: 22.5 us at 96x3, 30.5 at 96x4; N2304 K16384 m16
+            // 29.4 at 36x8), and 2 per SM leaves 5-10% on the table (N6144 m16 22.8 at 96x2
+            // against 20.6 at 96x3). Against the former 2 x 4 warps at 2 blocks per SM: N2304
+            // m1 28.5 us against 31.3, N6144 m16 20.6 against 23.6.
+            // UNROLL 2 (two k-steps of loads in flight per warp); four m-tiles (M > 24) hold 64
+            // accumulator floats per lane, so they run 2 blocks per SM there (N2304 m32 31.1 us
+            // against 35.0 with UNROLL 1 at 3 per SM), and UNROLL 1 in the 8-warp blocks.
+            const int64_t slabs = ceil_div(N, 64);
+            const int mt = static_cast<int>(ceil_div(M, 8));
+            const bool wide = 2 * slabs >= 3 * int64_t(t.sm_count);
+            const int warps_n = 1, warps_k = wide ? 8 : 4;
             kp.gemv_warps_n = warps_n;
             kp.gemv_warps_k = warps_k;
-            int64_t col_blocks = ceil_div(N, 64 * warps_n);
-            int64_t target = int64_t(t.sm_count) * 2;
-            // At most one wave at two blocks per SM (the kernel is launched with
-            // MIN_BLOCKS = 2): a few blocks past the wave cost a whole second round trip
-            // (measured on the H100: 18x15 blocks for N = 2304 ran 39 us, 18x14 29 us).
-            int splits = static_cast<int>(std::max<int64_t>(1, target / col_blocks));
-            if (warps_n == 1) splits = 1;
+            kp.gemv_min_blocks = wide || mt >= 4 ? 2 : 3;
+            kp.gemv_unroll = wide && mt >= 4 ? 1 : 2;
+            const int64_t col_blocks = slabs;
+            int splits = wide ? 1
+                              : static_cast<int>(std::max<int64_t>(
+                                    1, 5 * int64_t(t.sm_count) / (2 * col_blocks)));
+            // At least 256 rows of K per warp, so each streams enough to amortize the reduction.
             splits = static_cast<int>(
                 std::min<int64_t>(splits, std::max<int64_t>(1, K / (256 * warps_k))));
+            // On sm_90a the k-splits of a column block form one thread-block cluster and sum
+            // through distributed shared memory (runtime gemv_cluster_kernel): no float32
+            // workspace, no counters to reset (a memset node per call), no last-block pass
+            // through L2. A cluster has at most 8 CTAs.
+            kp.gemv_cluster = kGemvCluster && t.arch == Arch::Sm90a && splits > 1;
+            if (kp.gemv_cluster) splits = std::min(splits, 8);
             int64_t chunk = align_up(ceil_div(K, splits), 16);
             splits = static_cast<int>(ceil_div(K, chunk));
+            if (splits == 1) kp.gemv_cluster = false;
             kp.splits = splits;
             kp.threads = 32 * warps_n * warps_k;
             kp.grid = col_blocks * splits;
-            if (splits > 1) {
-              int mt = static_cast<int>(ceil_div(M, 8));
-              kp.scratch_bytes = col_blocks * splits * warps_n * mt * 512 * 4 + col_blocks * 4;
+            // rms_norm(X) W with a weightless rms_norm that nothing else reads: one GEMV with
+            // the runtime's row-rms epilogue, diag(1 / rms(X)) (X W), which sums X^2 from the X
+            // values the GEMV loads anyway; the rms_norm kernel and its round trip through
+            // memory go (H100: the separate rms_norm kernel plus its graph node cost ~2 us in
+            // front of a ~20 us GEMV).
+            const int a_id = op.inputs[0];
+            const int p = g.producer(a_id);
+            bool rms = false;
+            if (p >= 0 && g.ops[p].kind == OpKind::RmsNorm && g.ops[p].inputs.size() == 1 &&
+                !is_output.count(a_id) && consumers[a_id] == 1 &&
+                g.tensor(g.ops[p].inputs[0]).dtype == a.dtype &&
+                g.tensor(g.ops[p].inputs[0]).shape == a.shape) {
+              rms = true;
+              kp.strategy = "gemv rms_norm";
+              KernelPlan& rp = s.kernels[p];
+              rp.strategy = "fused into " + kp.kernel;
+              rp.grid = 0;
+              rp.threads = 0;
+              s.tensor_offset[a_id] = -1;  // never materialized
+            }
+            if (splits > 1 && !kp.gemv_cluster) {
+              kp.scratch_bytes =
+                  col_blocks * splits * (warps_n * mt * 512 + (rms ? mt * 8 : 0)) * 4 +
+                  col_blocks * 4;
             }
           } else if (tc && batch == 1 && M > 64 && t.arch == Arch::Sm90a) {
             // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).

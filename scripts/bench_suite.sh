@@ -39,13 +39,13 @@ for s in "${SPECS[@]}"; do
     --threads "$THREADS" --no-cache --time-limit 60 > "$WORK/$n.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  printf '%s exit %s %.1f s: %s\n' "$n" "$rc" "$(echo "$t1 - $t0" | bc)" \
+  printf '%s exit %s %.1f s: %s\n' "$n" "$rc" "$(awk "BEGIN { print $t1 - $t0 }")" \
     "$(grep -E 'measured winner|BUG|error' "$WORK/$n.log" | head -2 | tr '\n' ' ')"
 done
 python3 "$ROOT/scripts/profile_table.py" "$WORK" > "$OUTDIR/suite.tsv"
 (cd "$WORK" && tar -czf "$OUTDIR/suite.tgz" --exclude='*/profile/*/harness' --exclude='*.cu' \
   device.txt ./*.log ./*/report.json ./*/profile/*/*.log 2>/dev/null)
-column -t -s $'\t' "$OUTDIR/suite.tsv"
+column -t -s $'\t' "$OUTDIR/suite.tsv" 2>/dev/null || cat "$OUTDIR/suite.tsv"
 if [ "$BASE" = 1 ]; then
   python3 "$ROOT/.devrun/pack/torch_baselines.py" --json "$OUTDIR/torch_baselines.json" 2>&1 |
     grep -v '^#.*compile failed' | cut -c1-150

@@ -4,6 +4,9 @@
 // every strategy (gemv, tensor-core GEMM with and without split-K, FMA with batch broadcast).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include "kiln/codegen/schedule.h"
 #include "sim_runner.h"
 
 namespace kiln {
@@ -81,6 +84,29 @@ TEST(SimPredefined, MatmulStrategies) {
   b.output(b.op(OpKind::MatMul, {f, g}, {}, "fma"));
   b.output(b.op(OpKind::MatMul, {p, w}, {}, "gemm"));
   expect_sim_ok(std::move(b).finish(), "pre_mm");
+}
+
+// A weightless rms_norm read only by a decode-size matmul is fused into the GEMV (row-rms
+// epilogue, no rms_norm kernel); one that is also an output, or has a weight, is not.
+TEST(SimPredefined, RmsNormFusedIntoGemv) {
+  for (int variant = 0; variant < 3; ++variant) {
+    KernelGraphBuilder b("rmsmm");
+    int x = b.input("X", {5, 256}, DType::F16);
+    int w = b.input("W", {256, 136}, DType::F16);
+    int g = b.input("G", {256}, DType::F16);
+    Attrs e;
+    e.eps = 1e-5;
+    int r =
+        variant == 2 ? b.op(OpKind::RmsNorm, {x, g}, e, "n") : b.op(OpKind::RmsNorm, {x}, e, "n");
+    b.output(b.op(OpKind::MatMul, {r, w}, {}, "o"));
+    if (variant == 1) b.output(r);
+    KernelGraph kg = std::move(b).finish();
+    Schedule s = plan_schedule(kg, target_for(Arch::Sm90a));
+    const bool fused = variant == 0;
+    EXPECT_EQ(s.kernels[0].strategy.rfind("fused into", 0) == 0, fused) << variant;
+    EXPECT_EQ(s.kernels[1].strategy, fused ? "gemv rms_norm" : "gemv") << variant;
+    expect_sim_ok(std::move(kg), fmt::format("pre_rmsmm{}", variant));
+  }
 }
 
 }  // namespace

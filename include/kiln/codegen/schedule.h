@@ -149,6 +149,9 @@ struct KernelPlan {
   int64_t smem = 0;
   int splits = 1;                          // gemv split-K
   int gemv_warps_n = 2, gemv_warps_k = 4;  // gemv block: warps along N (64 columns each) and K
+  int gemv_min_blocks = 2;                 // gemv __launch_bounds__ blocks per SM
+  int gemv_unroll = 2;                     // gemv k-steps of loads in flight per warp
+  bool gemv_cluster = false;               // gemv split-K across a cluster (sm_90a, splits <= 8)
   int64_t scratch_offset = -1;             // workspace bytes the kernel needs for itself
   int64_t scratch_bytes = 0;
 };

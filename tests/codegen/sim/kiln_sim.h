@@ -720,21 +720,46 @@ struct GemmConfig {
   static constexpr int kSmemBytes = 0;
 };
 
-struct GemvIdentity {};
+struct GemvIdentity {
+  static constexpr bool kRowSumSq = false;
+  float operator()(float v0, float, int, int, float) const { return v0; }
+};
+struct GemvRmsNorm {
+  static constexpr bool kRowSumSq = true;
+  float inv_k;
+  float eps;
+  float operator()(float v0, float, int, int, float rowsq) const {
+    return v0 / std::sqrt(rowsq * inv_k + eps);
+  }
+};
 
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
           int MIN_BLOCKS = 1, class Epi = GemvIdentity>
 inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, int64_t ldw, TO* out,
                                int64_t ldo, int M, int N, int K, int, float*, int*, cudaStream_t,
-                               Epi = Epi()) {
+                               Epi epi = Epi()) {
   if (M > 8 * MT) kiln_sim::fail("gemv: M > 8 MT");
-  for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m) {
+    float rowsq = 0.0f;
+    if (Epi::kRowSumSq)
+      for (int k = 0; k < K; ++k) rowsq += to_f32(X[m * ldx + k]) * to_f32(X[m * ldx + k]);
     for (int n = 0; n < N; ++n) {
       float acc = 0.0f;
       for (int k = 0; k < K; ++k) acc += to_f32(X[m * ldx + k]) * to_f32(W0[int64_t(k) * ldw + n]);
-      out[m * ldo + n] = from_f32<TO>(acc);
+      out[m * ldo + n] = from_f32<TO>(epi(acc, 0.0f, m, n, rowsq));
     }
+  }
   return cudaSuccess;
+}
+
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
+inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, const T* W1,
+                                       int64_t ldw, TO* out, int64_t ldo, int M, int N, int K,
+                                       int splits, cudaStream_t stream, Epi epi = Epi()) {
+  if (splits < 1 || splits > 8) kiln_sim::fail("gemv_cluster: splits outside 1..8");
+  return gemv_launch<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(
+      X, ldx, W0, W1, ldw, out, ldo, M, N, K, splits, nullptr, nullptr, stream, epi);
 }
 
 template <typename T, int NB, int STAGES>
