@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine, after scripts/bench_suite.sh: runs compute-sanitizer (memcheck, racecheck,
-# synccheck) on the kernel each spec's search shipped. For every WORK/<name>/<name>.mugraph.json
-# it emits a harness with the packed kiln (`kiln emit --spec --harness`), compiles them all in
+# synccheck) on the kernel each spec's search shipped. For every GRAPHS/<name>.mugraph.json (the
+# shipped μGraph, or the spec itself where the spec's own kernels won) it emits a harness with the packed kiln (`kiln emit --spec --harness`), compiles them all in
 # parallel, then runs each tool on `harness --check-only --checks 1` (the kernel once on fresh
 # random inputs, then the float64 reference and the comparison), several at a time.
 #
-#   scripts/sanitize_winners.sh [--kiln PATH] [--timeout S] [--jobs J] WORK SPEC_DIR
+#   scripts/sanitize_winners.sh [--kiln PATH] [--timeout S] [--jobs J] GRAPHS SPEC_DIR
+# (GRAPHS from scripts/shipped_graphs.py)
 #
 # Prints one line per case (tool: ok | FAIL(n errors) | timeout) and writes $OUT/sanitize.tsv.
 # Exit status 0 when no tool reported an error (timeouts are reported, not counted as errors).
@@ -35,9 +36,8 @@ mkdir -p "$OUTDIR" "$H/bin" "$H/log"
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo "$(dirname "$NVCC")/compute-sanitizer")}
 cases=()
-for d in "$WORK"/*/; do
-  n=$(basename "$d")
-  g=$d/$n.mugraph.json
+for g in "$WORK"/*.mugraph.json; do
+  n=$(basename "$g" .mugraph.json)
   s=$SPECS/$n.json
   [ -f "$g" ] && [ -f "$s" ] || continue
   if "$KILN" emit "$g" --spec "$s" --harness "$H/harness_$n.cu" -o "$H/$n.cu" > "$H/log/emit_$n.log" 2>&1; then

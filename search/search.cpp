@@ -95,52 +95,6 @@ nlohmann::json SearchStats::to_json() const {
 
 namespace {
 
-// True when a ranks after b: dearer, then more launches, then by fingerprint (a total order).
-bool ranks_after(const Candidate& a, const Candidate& b) {
-  if (a.cost.time != b.cost.time) return a.cost.time > b.cost.time;
-  if (a.cost.launches != b.cost.launches) return a.cost.launches > b.cost.launches;
-  return a.fingerprint > b.fingerprint;
-}
-
-// The modeled shape of a candidate: launches and, per kernel, what the cost model saw (grid,
-// loop, occupancy, smem, registers, pipeline, modeled time to the nanosecond). Two candidates
-// with the same shape differ only in how block ops are spelled (names, the order of commuting
-// ops), so they run the same code; ranking both wastes a profiling slot.
-std::string cost_shape(const GraphCost& c) {
-  std::string s = fmt::format("{}", c.launches);
-  for (const KernelCost& k : c.kernels)
-    s += fmt::format("|{},{},{},{},{},{},{}", k.blocks, k.iterations, k.blocks_per_sm,
-                     k.smem_per_block, k.regs_per_thread, k.pipeline_stages,
-                     std::llround(k.time * 1e9));
-  return s;
-}
-
-// The order in which candidates (sorted by modeled cost) are verified and ranked, so that the
-// top_k ranked ones are diverse: the model's best first; then the best of every other launch
-// count (the model is least reliable across structurally different graphs: H100, session 2, a
-// one-kernel add_rmsnorm n2048 that ran 97 us was modeled behind two-kernel splits that ran
-// 190 us, and was never profiled); then the rest by cost; candidates whose cost_shape repeats
-// an earlier one's last.
-std::vector<size_t> diverse_order(const std::vector<Candidate>& sorted) {
-  std::vector<size_t> first, classes, rest, repeats;
-  std::set<std::string> shapes;
-  std::set<int> launch_counts;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (!shapes.insert(cost_shape(sorted[i].cost)).second) {
-      repeats.push_back(i);
-    } else if (first.empty()) {
-      first.push_back(i);
-      launch_counts.insert(sorted[i].cost.launches);
-    } else if (launch_counts.insert(sorted[i].cost.launches).second) {
-      classes.push_back(i);
-    } else {
-      rest.push_back(i);
-    }
-  }
-  for (auto* v : {&classes, &rest, &repeats}) first.insert(first.end(), v->begin(), v->end());
-  return first;
-}
-
 using Clock = std::chrono::steady_clock;
 
 int64_t rss_mb() {
@@ -705,20 +659,20 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     else
       st.pruned["duplicate"]++;
   uniq.push_back(std::move(fallback));
-  std::stable_sort(uniq.begin(), uniq.end(),
-                   [](const Candidate& a, const Candidate& b) { return ranks_after(b, a); });
+  std::stable_sort(uniq.begin(), uniq.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.cost.time != b.cost.time) return a.cost.time < b.cost.time;
+    if (a.cost.launches != b.cost.launches) return a.cost.launches < b.cost.launches;
+    return a.fingerprint < b.fingerprint;
+  });
 
   // Verification events belong to the candidate's state (same id, same parent).
   std::map<int64_t, int64_t> parent_of;
   for (const TraceEvent& e : events) parent_of.emplace(e.id, e.parent);
-  // Verification in diverse_order until top_k candidates pass (the spec needs none); ranked is
-  // sorted by cost at the end. Past the deadline we still verify until one candidate is ranked.
-  // The float check runs on each candidate that would become the cheapest ranked one, so the
-  // winner has always passed it.
+  // Verification in rank order until top_k candidates pass (the spec needs none). Past the
+  // deadline we still verify until one candidate is ranked.
   auto tv = Clock::now();
   bool have_winner = false;
-  for (size_t idx : diverse_order(uniq)) {
-    Candidate& c = uniq[idx];
+  for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
     if (have_winner && Clock::now() >= sh.deadline) {
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
@@ -742,9 +696,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       }
       c.verified = true;
       c.verdict = line;
-      const bool cheapest = std::none_of(res.ranked.begin(), res.ranked.end(),
-                                         [&](const Candidate& r) { return ranks_after(c, r); });
-      if (cheapest && config.float_check) {
+      if (!have_winner && config.float_check) {
         verifier::FloatCheckOptions fo;
         fo.threads = config.threads;
         verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
@@ -772,8 +724,6 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     res.ranked.push_back(std::move(c));
     sh.report("verify", st.verified);
   }
-  std::stable_sort(res.ranked.begin(), res.ranked.end(),
-                   [](const Candidate& a, const Candidate& b) { return ranks_after(b, a); });
   st.verify_s = std::chrono::duration<double>(Clock::now() - tv).count();
   st.states = sh.states.load();
   st.elapsed_s = sh.elapsed();
