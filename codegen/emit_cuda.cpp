@@ -54,6 +54,7 @@ void launch_check(Code& c) {
 
 // Operand expression of a predefined elementwise kernel: a folded constant or a load.
 void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  if (kp.strategy.rfind("fused into", 0) == 0) return;  // a row kernel's prologue does it
   const TensorDesc& out = x.g.tensor(op.outputs[0]);
   int64_t N = numel(out.shape);
   std::vector<std::string> params, args;
@@ -150,6 +151,108 @@ void emit_transpose(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   launch_check(x.launch);
 }
 
+// rms_norm with a block per row in 16-byte vectors (plan_schedule's plan_rms_rows): each thread
+// holds NV chunks of V elements of the row in registers (chunk c = threadIdx.x + i * threads),
+// sums their squares, reduces over the block, then scales and stores them. With an elementwise
+// prologue the chunks are formed from the producer's inputs (rounded to its output dtype, as the
+// spec stores it) and, if anything else reads it, stored to its output as well.
+void emit_rms_rows(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const TensorDesc& in = x.g.tensor(op.inputs[0]);
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  const int64_t R = in.shape.back(), rows = numel(in.shape) / R;
+  const int V = 16 / dtype_bytes(in.dtype);
+  const int T = kp.threads;
+  const int64_t CH = R / V;
+  const int64_t NV = (CH + T - 1) / T;
+  const bool prologue = kp.strategy.find("prologue") != std::string::npos;
+  const bool store_h = kp.strategy.find("stores its output") != std::string::npos;
+  const int h = op.inputs[0];
+  const KernelOp* ep = prologue ? &x.g.ops[x.g.producer(h)] : nullptr;
+  std::vector<std::string> params, args;
+  if (prologue) {
+    for (size_t j = 0; j < ep->inputs.size(); ++j) {
+      int t = ep->inputs[j];
+      if (x.is_const(t)) continue;
+      params.push_back(fmt::format("const {}* __restrict__ p{}", x.ty(t), j));
+      args.push_back(x.ptr(t));
+    }
+    if (store_h) {
+      params.push_back(fmt::format("{}* __restrict__ hout", x.ty(h)));
+      args.push_back(x.ptr(h));
+    }
+  } else {
+    params.push_back(fmt::format("const {}* __restrict__ p0", x.ty(h)));
+    args.push_back(x.ptr(h));
+  }
+  params.push_back(fmt::format("{}* __restrict__ y", ctype(out.dtype)));
+  args.push_back(x.ptr(op.outputs[0]));
+  std::string wexpr = "1.0f";
+  const bool has_w = op.inputs.size() == 2;
+  const bool w_vec = has_w && !x.is_const(op.inputs[1]);
+  if (has_w && !w_vec) wexpr = flit(x.const_value(op.inputs[1]));
+  if (w_vec) {
+    params.push_back(fmt::format("const {}* __restrict__ pw", x.ty(op.inputs[1])));
+    args.push_back(x.ptr(op.inputs[1]));
+    wexpr = "w[q]";
+  }
+  Code& c = x.kernels;
+  c.f("// {}: rms_norm over the last dim of {} ({}; {} x {} elements per thread)", kp.kernel,
+      shape_str(in.shape), kp.strategy, NV, V);
+  c.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", T, kp.kernel,
+                     fmt::join(params, ", ")));
+  c.line("__shared__ float scratch[32];");
+  c.f("const int64_t base = (int64_t)blockIdx.x * {};", R);
+  c.f("float v[{}][{}];", NV, V);
+  c.line("float ss = 0.0f;");
+  c.line("#pragma unroll");
+  c.f("for (int i = 0; i < {}; ++i) {{", NV);
+  c.f("  const int64_t e = base + (int64_t)(threadIdx.x + i * {}) * {};", T, V);
+  c.f("  if (threadIdx.x + i * {} < {}) {{", T, CH);
+  if (prologue) {
+    std::vector<std::string> xs;
+    for (size_t j = 0; j < ep->inputs.size(); ++j) {
+      int t = ep->inputs[j];
+      if (x.is_const(t)) {
+        xs.push_back(flit(x.const_value(t)));
+      } else {
+        c.f("    float a{}[{}];", j, V);
+        c.f("    kiln::rt::load16_f32(p{} + e, a{});", j, j);
+        xs.push_back(fmt::format("a{}[q]", j));
+      }
+    }
+    c.line("#pragma unroll");
+    c.f("    for (int q = 0; q < {}; ++q) v[i][q] = kiln::rt::to_f32(kiln::rt::from_f32<{}>({}));",
+        V, x.ty(h), ew_expr(ep->kind, ep->attrs, xs));
+    if (store_h) c.line("    kiln::rt::store16_f32(hout + e, v[i]);");
+  } else {
+    c.line("    kiln::rt::load16_f32(p0 + e, v[i]);");
+  }
+  c.line("#pragma unroll");
+  c.f("    for (int q = 0; q < {}; ++q) ss += v[i][q] * v[i][q];", V);
+  c.line("  }");
+  c.line("}");
+  c.line("ss = kiln::rt::block_reduce(ss, kiln::rt::SumOp(), scratch);");
+  c.f("const float r = 1.0f / sqrtf(ss / {} + {});", flit(double(R)), flit(op.attrs.eps));
+  c.line("#pragma unroll");
+  c.f("for (int i = 0; i < {}; ++i) {{", NV);
+  c.f("  const int64_t c = (int64_t)(threadIdx.x + i * {}) * {};", T, V);
+  c.f("  if (threadIdx.x + i * {} < {}) {{", T, CH);
+  if (w_vec) {
+    c.f("    float w[{}];", V);
+    c.line("    kiln::rt::load16_f32(pw + c, w);");
+  }
+  c.f("    float o[{}];", V);
+  c.line("#pragma unroll");
+  c.f("    for (int q = 0; q < {}; ++q) o[q] = v[i][q] * r * {};", V, wexpr);
+  c.line("    kiln::rt::store16_f32(y + base + c, o);");
+  c.line("  }");
+  c.line("}");
+  c.close();
+  c.line("");
+  x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, rows, T, fmt::join(args, ", "));
+  launch_check(x.launch);
+}
+
 // Reductions, softmax and rms_norm share the row structure: a warp or a block per row when the
 // reduced dim is innermost, else a thread per column.
 void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
@@ -179,6 +282,10 @@ void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     }
   }
   const char* TO = ctype(out.dtype);
+  if (kp.strategy.rfind("row per block v", 0) == 0) {
+    emit_rms_rows(x, op, kp);
+    return;
+  }
   bool is_max = op.kind == OpKind::Max;
   std::string init = is_max ? "-__int_as_float(0x7f800000)" : "0.0f";
   c.f("// {}: {} over dim {} of {} ({})", kp.kernel, op_name(op.kind), dim, shape_str(in.shape),

@@ -1298,6 +1298,57 @@ int64_t tensor_bytes(const TensorDesc& t) {
 
 }  // namespace
 
+// A long-row rms_norm (a block per row) in 16-byte vectors, the row held in registers between
+// the sum of squares and the scaling: the scalar row loop loads 2 bytes per thread per step and
+// reads the row twice. When its input comes from a vector elementwise op (H = X + R) whose other
+// readers all run later, that op runs inside this kernel as a prologue: the row kernel loads X
+// and R, forms H (rounded to H's dtype, as the spec stores it), writes H if anything else needs
+// it, and normalizes it; H is not read back from memory and the elementwise kernel and its graph
+// node go. kp must already hold the plain "row per block" plan of op k.
+static void plan_rms_rows(const KernelGraph& g, size_t k, KernelPlan& kp, Schedule& s) {
+  const KernelOp& op = g.ops[k];
+  const TensorDesc& in = g.tensor(op.inputs[0]);
+  const TensorDesc& out = g.tensor(op.outputs[0]);
+  const int64_t R = in.shape.back();
+  const int V = 16 / dtype_bytes(in.dtype);
+  auto is_const = [&](int t) {
+    int p = g.producer(t);
+    return p >= 0 && g.ops[p].kind == OpKind::Constant;
+  };
+  if (in.dtype != out.dtype || R % V != 0) return;
+  if (op.inputs.size() == 2 && !is_const(op.inputs[1]) && g.tensor(op.inputs[1]).dtype != in.dtype)
+    return;
+  int threads = 256;
+  while (threads < 1024 && ceil_div(R / V, threads) > 4) threads *= 2;
+  if (ceil_div(R / V, threads) > 8) return;  // more than 64 floats of row per thread
+  kp.threads = threads;
+  kp.strategy = fmt::format("row per block v{}", V);
+  const int h = op.inputs[0];
+  const int p = g.producer(h);
+  if (p < 0 || s.kernels[p].strategy.rfind("elementwise v", 0) != 0) return;
+  for (int t : g.ops[p].inputs)
+    if (!is_const(t) && (g.tensor(t).dtype != in.dtype || g.tensor(t).shape != in.shape)) return;
+  int other_readers = 0;
+  for (size_t j = 0; j < g.ops.size(); ++j) {
+    if (j == k) continue;
+    for (int t : g.ops[j].inputs)
+      if (t == h) {
+        if (j < k) return;  // read before this kernel would write it
+        other_readers++;
+        break;
+      }
+  }
+  const bool store_h =
+      other_readers > 0 || std::find(g.outputs.begin(), g.outputs.end(), h) != g.outputs.end();
+  kp.strategy +=
+      store_h ? " (+ elementwise prologue, stores its output)" : " (+ elementwise prologue)";
+  KernelPlan& ep = s.kernels[p];
+  ep.strategy = "fused into " + kp.kernel;
+  ep.grid = 0;
+  ep.threads = 0;
+  if (!store_h) s.tensor_offset[h] = -1;
+}
+
 // Whether sm_90a GEMVs split K across a cluster (see the gemv plan below).
 constexpr bool kGemvCluster = true;
 
@@ -1427,6 +1478,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
             kp.strategy = xs[dim] >= 2048 ? "row per block" : "row per warp";
             kp.threads = xs[dim] >= 2048 ? 512 : 256;
             kp.grid = xs[dim] >= 2048 ? rows : ceil_div(rows, 8);
+            if (c == OpClass::RmsNorm && xs[dim] >= 2048) plan_rms_rows(g, k, kp, s);
           } else {
             kp.strategy = "column per thread";
             kp.threads = 256;

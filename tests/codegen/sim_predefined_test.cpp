@@ -109,5 +109,34 @@ TEST(SimPredefined, RmsNormFusedIntoGemv) {
   }
 }
 
+// A long-row rms_norm runs in 16-byte vectors with the row in registers; an elementwise producer
+// whose other readers run later becomes its prologue (stored when an output or read again), one
+// read earlier keeps its own kernel.
+TEST(SimPredefined, RmsNormRowsWithElementwisePrologue) {
+  for (int variant = 0; variant < 4; ++variant) {
+    KernelGraphBuilder b("addrms");
+    int x = b.input("X", {3, 2048}, DType::F16);
+    int r = b.input("R", {3, 2048}, DType::F16);
+    int w = b.input("W", {2048}, DType::F16);
+    int h = b.op(OpKind::Add, {x, r}, {}, "h");
+    int early = variant == 3 ? b.op(OpKind::Mul, {h, x}, {}, "early") : -1;
+    Attrs e;
+    e.eps = 1e-5;
+    int y =
+        b.op(OpKind::RmsNorm, variant == 2 ? std::vector<int>{h} : std::vector<int>{h, w}, e, "y");
+    b.output(y);
+    if (variant == 0 || variant == 3) b.output(h);
+    if (early >= 0) b.output(early);
+    KernelGraph kg = std::move(b).finish();
+    Schedule s = plan_schedule(kg, target_for(Arch::Sm90a));
+    const KernelPlan& rp = s.kernels[variant == 3 ? 2 : 1];
+    EXPECT_EQ(rp.strategy.rfind("row per block v8", 0), 0u) << rp.strategy;
+    EXPECT_EQ(s.kernels[0].strategy.rfind("fused into", 0) == 0, variant != 3) << variant;
+    EXPECT_EQ(rp.strategy.find("stores its output") != std::string::npos, variant == 0)
+        << rp.strategy;
+    expect_sim_ok(std::move(kg), fmt::format("pre_addrms{}", variant));
+  }
+}
+
 }  // namespace
 }  // namespace kiln
