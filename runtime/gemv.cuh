@@ -25,27 +25,16 @@
 // On sm_90, gemv_cluster_kernel (below) instead makes the splits of a column block the CTAs of one
 // cluster and reduces through distributed shared memory: no workspace, counters or memset.
 //
-// Row split (ROW_SPLIT = 2, both kernels): M in 8 MT + 1 .. 16 MT as two halves of 8 MT rows with
-// MT m-tiles each instead of one tile of 16 MT rows (MT = 4 holds 64 accumulator floats per lane,
-// which costs unroll and occupancy). gridDim.x = ROW_SPLIT * column blocks; block x serves column
-// block x / ROW_SPLIT and rows [8 MT h, 8 MT (h + 1)) with h = x % ROW_SPLIT. The halves of a
-// column block are adjacent blocks, so they stream the same W slab at about the same time and the
-// second read is served by L2 (DRAM traffic ~1x, L2 traffic ROW_SPLIT x). Split-K workspace and
-// counters are per block x (per column block and half); a half with no rows (M <= 8 MT) exits at
-// once in all its splits (a whole cluster, or every block of its counter group), so neither the
-// counter nor the cluster barriers see it.
-//
 // Accumulator layout (GemvAcc, per lane; g = lane / 4, t = lane % 4): c[j][mt].x[2 h + e] is the
 // sum for batch row m = 8 mt + 2t + e and column n = n_warp + 8g + 2j + h. So each lane ends
 // with 8 consecutive columns of two rows per mt, stored as single 16-byte vectors.
 //
 // Preconditions (check with gemv_supported on the host):
-//   M <= 8 * MT * ROW_SPLIT;  N % 8 == 0;  K % 4 == 0;  k_chunk % 16 == 0
+//   M <= 8 * MT;  N % 8 == 0;  K % 4 == 0;  k_chunk % 16 == 0
 //   W0, W1 16-byte aligned, ldw % 8 == 0;  X 8-byte aligned, ldx % 4 == 0
 //   out 16-byte aligned, ldo * sizeof(TO) % 16 == 0
 //   split-K (gridDim.y > 1): workspace of gemv_workspace_floats floats; counters: one int per
-//   block x (gemv_grid_x: ROW_SPLIT per column block), zeroed once before the first launch; one
-//   launch at a time per workspace.
+//   column block, zeroed once before the first launch; one launch at a time per workspace.
 // X and W are read through the non-coherent path: they must not be written by the same launch.
 #ifndef KILN_RT_GEMV_CUH
 #define KILN_RT_GEMV_CUH
@@ -316,12 +305,10 @@ struct GemvRmsNorm {
 // out[m, n .. n+8) <- epi(...) for the lane's rows m < M; one 16-byte store per row (two for
 // f32). Called by the warp that holds the final sums; rowsq[m] (read only if Epi::kRowSumSq)
 // is the row's sum of squares. Only the m-tiles mt with bit mt of mt_mask set are stored (the
-// cluster kernel stores the m-tiles its CTA owns; the default, all, folds away). out, M and rowsq
-// are relative to the block's first row; the epilogue is handed the absolute row m0 + m.
+// cluster kernel stores the m-tiles its CTA owns; the default, all, folds away).
 template <typename TO, int MT, int NW, class Epi>
 KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int M, int N,
-                         int n_warp, const float* rowsq, const Epi& epi, uint32_t mt_mask = ~0u,
-                         int m0 = 0) {
+                         int n_warp, const float* rowsq, const Epi& epi, uint32_t mt_mask = ~0u) {
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int n = n_warp + 8 * g;
   if (n >= N) return;
@@ -339,7 +326,7 @@ KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float v1 = NW > 1 ? acc[NW - 1].c[j][mt].x[2 * h + e] : 0.0f;
-          y[2 * j + h] = epi(acc[0].c[j][mt].x[2 * h + e], v1, m0 + m, n + 2 * j + h, sq);
+          y[2 * j + h] = epi(acc[0].c[j][mt].x[2 * h + e], v1, m, n + 2 * j + h, sq);
         }
       TO* p = out + m * ldo + n;
 #pragma unroll
@@ -348,32 +335,11 @@ KILN_DEV void gemv_store(const GemvAcc<MT> (&acc)[NW], TO* out, int64_t ldo, int
   }
 }
 
-// Row split: block x serves column block x / ROW_SPLIT and the rows [m0, m0 + 8 MT) with m0 =
-// 8 MT (x % ROW_SPLIT). Moves X and out to the block's first row, makes M the block's row count
-// (at most 8 MT; <= 0 for a half with no rows, the same in every block of the half's split group)
-// and returns the column block. With ROW_SPLIT = 1 it is the identity and folds away.
-// (PX, PO: the kernels' __restrict__ pointer types, deduced.)
-template <int MT, int ROW_SPLIT, typename PX, typename PO>
-KILN_DEV int gemv_row_split(PX& X, int64_t ldx, PO& out, int64_t ldo, int& M, int& m0) {
-  static_assert(ROW_SPLIT == 1 || ROW_SPLIT == 2, "ROW_SPLIT is 1 or 2");
-  m0 = 0;
-  if constexpr (ROW_SPLIT == 1) {
-    return blockIdx.x;
-  } else {
-    const int half = blockIdx.x % ROW_SPLIT;
-    m0 = half * 8 * MT;
-    X += m0 * ldx;
-    out += m0 * ldo;
-    M = min_i(M - m0, 8 * MT);
-    return blockIdx.x / ROW_SPLIT;
-  }
-}
-
-// The whole GEMV as one kernel. grid = (gemv_grid_x(N, WARPS_N, ROW_SPLIT), splits), block =
+// The whole GEMV as one kernel. grid = (gemv_col_blocks(N, WARPS_N), splits), block =
 // 32 * WARPS_N * WARPS_K threads; k_chunk = rows of K per split (a multiple of 16, k_chunk *
-// splits >= K). W1 is read only when NW == 2. ROW_SPLIT: see the top of this file.
+// splits >= K). W1 is read only when NW == 2.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS, class Epi, int ROW_SPLIT = 1>
+          int MIN_BLOCKS, class Epi>
 __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     gemv_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W0,
                 const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo, int M,
@@ -384,14 +350,9 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   __shared__ float red[WARPS_K > 1 ? (WARPS_K - 1) * WARPS_N * 512 : 1];
   __shared__ float srow[kRows ? WARPS_K * MT * 8 : 1];
   __shared__ float srow_final[kRows ? MT * 8 : 1];
-  int m0;
-  const int col_block = gemv_row_split<MT, ROW_SPLIT>(X, ldx, out, ldo, M, m0);
-  // A half with no rows: every split of its counter group exits here, so none arrives on the
-  // counter (it stays 0) and none reads its workspace.
-  if (ROW_SPLIT > 1 && M <= 0) return;
   const int warp = warp_id();
   const int wn = warp % WARPS_N, wk = warp / WARPS_N;
-  const int n_warp = (col_block * WARPS_N + wn) * 64;
+  const int n_warp = (blockIdx.x * WARPS_N + wn) * 64;
   const int split = blockIdx.y, splits = gridDim.y;
   const int k_begin = split * k_chunk, k_end = min_i(K, k_begin + k_chunk);
 
@@ -418,7 +379,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     if (threadIdx.x < MT * 8) srow_final[threadIdx.x] = row;
     __syncthreads();
   }
-  if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi, ~0u, m0);
+  if (wk == 0) gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi);
 }
 
 // ---- Split-K across a thread-block cluster (sm_90) ---------------------------------------------
@@ -524,14 +485,13 @@ KILN_HD constexpr int gemv_cluster_smem_bytes_max(int warps_n, int mt, int nw, b
 }
 
 // gemv_kernel with split-K over the CTAs of a cluster (protocol above). sm_90 only (traps on
-// older targets). grid = (gemv_grid_x(N, WARPS_N, ROW_SPLIT), splits) with cluster dims (1, splits,
-// 1), splits in [1, 8] (the portable cluster size), so a column block's splits are exactly one
+// older targets). grid = (gemv_col_blocks(N, WARPS_N), splits) with cluster dims (1, splits, 1),
+// splits in [1, 8] (the portable cluster size), so a column block's splits are exactly one
 // cluster and the cluster rank is blockIdx.y; dynamic shared memory gemv_cluster_smem_bytes(
 // WARPS_N, MT, NW, splits, Epi::kRowSumSq). k_chunk and the other arguments as gemv_kernel; a
-// split whose k-range is empty contributes zeros. Launch with gemv_cluster_launch. ROW_SPLIT: a
-// cluster is one block x, so both halves of a column block are separate clusters.
+// split whose k-range is empty contributes zeros. Launch with gemv_cluster_launch.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS, class Epi, int ROW_SPLIT = 1>
+          int MIN_BLOCKS, class Epi>
 __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     gemv_cluster_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W0,
                         const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo,
@@ -543,14 +503,9 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   __shared__ float srow[kRows ? WARPS_K * MT * 8 : 1];
   __shared__ float srow_final[kRows ? MT * 8 : 1];
   extern __shared__ float4 gemv_cluster_dsmem[];  // [owned unit][source != rank][kSlot], rows
-  int m0;
-  const int col_block = gemv_row_split<MT, ROW_SPLIT>(X, ldx, out, ldo, M, m0);
-  // A half with no rows: the whole cluster (one block x) exits here, before its first barrier
-  // arrival, so no CTA of it waits on a barrier or is the target of a DSMEM store.
-  if (ROW_SPLIT > 1 && M <= 0) return;
   const int lane = lane_id(), warp = warp_id();
   const int wn = warp % WARPS_N, wk = warp / WARPS_N;
-  const int n_warp = (col_block * WARPS_N + wn) * 64;
+  const int n_warp = (blockIdx.x * WARPS_N + wn) * 64;
   const int rank = blockIdx.y, splits = gridDim.y;  // cluster (1, splits, 1): rank = blockIdx.y
   const bool clustered = splits > 1;                // grid-uniform
   const int k_begin = rank * k_chunk, k_end = min_i(K, k_begin + k_chunk);
@@ -642,7 +597,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
           }
       }
     }
-    gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi, owned, m0);
+    gemv_store<TO, MT, NW>(acc, out, ldo, M, N, n_warp, srow_final, epi, owned);
   }
 #else
   __trap();
@@ -655,18 +610,12 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
 inline int gemv_col_blocks(int N, int warps_n) {
   return ceil_div(N, 64 * warps_n);
 }
-// gridDim.x: row_split blocks (halves of the rows) per column block. Split-K counters: one int
-// per block x, i.e. this many.
-inline int gemv_grid_x(int N, int warps_n, int row_split = 1) {
-  return row_split * gemv_col_blocks(N, warps_n);
-}
 
-// Float32 workspace for split-K (0 when splits == 1): per block x (gemv_grid_x) and split, the
-// partial sums (warps_n * nw * mt * 512 floats) and, when the epilogue sets kRowSumSq, mt * 8
-// row sums. mt is the kernel's MT (per half with row_split = 2).
+// Float32 workspace for split-K (0 when splits == 1): per column block and split, the partial
+// sums (warps_n * nw * mt * 512 floats) and, when the epilogue sets kRowSumSq, mt * 8 row sums.
 inline int64_t gemv_workspace_floats(int N, int warps_n, int splits, int mt, int nw,
-                                     bool rowsq = false, int row_split = 1) {
-  return splits > 1 ? int64_t(gemv_grid_x(N, warps_n, row_split)) * splits *
+                                     bool rowsq = false) {
+  return splits > 1 ? int64_t(gemv_col_blocks(N, warps_n)) * splits *
                           (warps_n * nw * mt * 512 + (rowsq ? mt * 8 : 0))
                     : 0;
 }
@@ -680,10 +629,10 @@ inline int gemv_k_chunk(int K, int splits) {
 // SM, from cudaOccupancyMaxActiveBlocksPerMultiprocessor: one wave, so no block waits for a
 // second round), keeping at least min_k_per_warp rows of K per warp so that each warp
 // streams enough to amortize the reductions. Returns the count after rounding, so that no split
-// is empty. row_split: the kernel's ROW_SPLIT (that many blocks per column block and split).
+// is empty.
 inline int gemv_pick_splits(int N, int K, int warps_n, int warps_k, int target_blocks,
-                            int min_k_per_warp = 128, int row_split = 1) {
-  const int cb = gemv_grid_x(N, warps_n, row_split);
+                            int min_k_per_warp = 128) {
+  const int cb = gemv_col_blocks(N, warps_n);
   int splits = max_i(1, target_blocks / cb);  // never more blocks than one wave
   const int max_splits = max_i(1, K / (min_k_per_warp * warps_k));
   splits = min_i(splits, max_splits);
@@ -691,25 +640,22 @@ inline int gemv_pick_splits(int N, int K, int warps_n, int warps_k, int target_b
   return ceil_div(K, chunk);
 }
 
-// The divisibility and size preconditions of gemv_kernel (pointer alignment aside); mt and
-// row_split are the kernel's MT and ROW_SPLIT.
+// The divisibility and size preconditions of gemv_kernel (pointer alignment aside).
 inline bool gemv_supported(int M, int N, int K, int mt, int64_t ldx, int64_t ldw, int64_t ldo,
-                           int out_elem_bytes, int row_split = 1) {
-  return M >= 1 && M <= 8 * mt * row_split && N % 8 == 0 && K % 4 == 0 && ldx % 4 == 0 &&
-         ldw % 8 == 0 && (ldo * out_elem_bytes) % 16 == 0;
+                           int out_elem_bytes) {
+  return M >= 1 && M <= 8 * mt && N % 8 == 0 && K % 4 == 0 && ldx % 4 == 0 && ldw % 8 == 0 &&
+         (ldo * out_elem_bytes) % 16 == 0;
 }
 
-// Launches gemv_kernel with `splits` k-splits. ws / counters may be null when splits == 1;
-// otherwise gemv_workspace_floats(..., ROW_SPLIT) floats and gemv_grid_x(N, WARPS_N, ROW_SPLIT)
-// counters.
+// Launches gemv_kernel with `splits` k-splits. ws / counters may be null when splits == 1.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS = 1, class Epi = GemvIdentity, int ROW_SPLIT = 1>
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
 inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1, int64_t ldw,
                                TO* out, int64_t ldo, int M, int N, int K, int splits, float* ws,
                                int* counters, cudaStream_t stream, Epi epi = Epi()) {
   const int k_chunk = gemv_k_chunk(K, splits);
-  dim3 grid(gemv_grid_x(N, WARPS_N, ROW_SPLIT), splits);
-  gemv_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>
+  dim3 grid(gemv_col_blocks(N, WARPS_N), splits);
+  gemv_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>
       <<<grid, 32 * WARPS_N * WARPS_K, 0, stream>>>(X, ldx, W0, W1, ldw, out, ldo, M, N, K, k_chunk,
                                                     ws, counters, epi);
   return cudaGetLastError();
@@ -722,21 +668,21 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1
 // size 8. One wave of blocks need not be one wave of clusters (a cluster must fit in one GPC):
 // check with gemv_cluster_active_clusters where it matters.
 inline int gemv_cluster_pick_splits(int N, int K, int warps_n, int warps_k, int target_blocks,
-                                    int min_k_per_warp = 128, int row_split = 1) {
+                                    int min_k_per_warp = 128) {
   const int splits =
-      min_i(8, gemv_pick_splits(N, K, warps_n, warps_k, target_blocks, min_k_per_warp, row_split));
+      min_i(8, gemv_pick_splits(N, K, warps_n, warps_k, target_blocks, min_k_per_warp));
   return ceil_div(K, gemv_k_chunk(K, splits));
 }
 
 // Raises the kernel's dynamic shared-memory limit once, to its largest size over all cluster
 // sizes, when that exceeds the 48 KB default (before any graph capture: see raise_smem_limit_once).
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS, class Epi, int ROW_SPLIT = 1>
+          int MIN_BLOCKS, class Epi>
 inline cudaError_t gemv_cluster_prepare() {
   constexpr int kMax = gemv_cluster_smem_bytes_max(WARPS_N, MT, NW, Epi::kRowSumSq);
   if constexpr (kMax > 48 * 1024) {
     constexpr auto kernel =
-        gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>;
+        gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>;
     return raise_smem_limit_once<kernel>(kMax);
   } else {
     return cudaSuccess;
@@ -745,11 +691,11 @@ inline cudaError_t gemv_cluster_prepare() {
 
 // The launch configuration of gemv_cluster_launch; attr is the storage for its one attribute.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS, class Epi, int ROW_SPLIT = 1>
+          int MIN_BLOCKS, class Epi>
 inline cudaLaunchConfig_t gemv_cluster_config(int N, int splits, cudaStream_t stream,
                                               cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(gemv_grid_x(N, WARPS_N, ROW_SPLIT), splits, 1);
+  cfg.gridDim = dim3(gemv_col_blocks(N, WARPS_N), splits, 1);
   cfg.blockDim = dim3(32 * WARPS_N * WARPS_K, 1, 1);
   cfg.dynamicSmemBytes = gemv_cluster_smem_bytes(WARPS_N, MT, NW, splits, Epi::kRowSumSq);
   cfg.stream = stream;
@@ -763,20 +709,18 @@ inline cudaLaunchConfig_t gemv_cluster_config(int N, int splits, cudaStream_t st
 }
 
 // How many clusters of `splits` CTAs can be resident at once (cudaOccupancyMaxActiveClusters);
-// gemv_grid_x(N, WARPS_N, ROW_SPLIT) clusters or fewer run in one wave.
+// gemv_col_blocks(N, WARPS_N) clusters or fewer run in one wave.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS, class Epi, int ROW_SPLIT = 1>
+          int MIN_BLOCKS, class Epi>
 inline cudaError_t gemv_cluster_active_clusters(int N, int splits, int* clusters) {
-  cudaError_t e =
-      gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>();
+  cudaError_t e = gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
-      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>(
-          N, splits, 0, &attr);
+      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits, 0,
+                                                                                    &attr);
   return cudaOccupancyMaxActiveClusters(
-      clusters,
-      gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>,
+      clusters, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>,
       &cfg);
 }
 
@@ -784,23 +728,22 @@ inline cudaError_t gemv_cluster_active_clusters(int N, int splits, int* clusters
 // as clusters of (1, splits, 1). Needs an sm_90 device; the preconditions of gemv_kernel without
 // the workspace ones. No state survives between launches, so launches may overlap freely.
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS = 1, class Epi = GemvIdentity, int ROW_SPLIT = 1>
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
 inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, const T* W1,
                                        int64_t ldw, TO* out, int64_t ldo, int M, int N, int K,
                                        int splits, cudaStream_t stream, Epi epi = Epi()) {
   if (splits < 1 || splits > 8) return cudaErrorInvalidValue;
   const cudaError_t e =
-      gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>();
+      gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
-      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>(
-          N, splits, stream, &attr);
+      gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits,
+                                                                                    stream, &attr);
   const int k_chunk = gemv_k_chunk(K, splits);
   return cudaLaunchKernelEx(
-      &cfg,
-      gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>, X,
-      ldx, W0, W1, ldw, out, ldo, M, N, K, k_chunk, epi);
+      &cfg, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>, X, ldx,
+      W0, W1, ldw, out, ldo, M, N, K, k_chunk, epi);
 }
 #endif  // __CUDACC_RTC__
 

@@ -6,8 +6,6 @@
 // Build and run (CUDA toolkit only):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/gemv_sweep.cu -o sweep
 //   ./sweep            # one line per (shape, config): us, GB/s, % of measured copy bandwidth
-//   ./sweep mt4        # M = 32 with MT = 4 only
-//   ./sweep rs2        # M = 32 as ROW_SPLIT = 2 x MT = 2 (lines tagged " rs2"), MT = 4 next to it
 // Timing: medians of CUDA-graph replays of 20 calls, weights rotating over > 200 MB.
 #include <cuda_runtime.h>
 
@@ -80,14 +78,13 @@ __global__ void touch_x(__half* x, int n) {
   if (i < n) x[i] = __float2half(__half2float(x[i]) * 1.0f);
 }
 
-// RS: ROW_SPLIT (the grid has RS blocks per column block; lines get the tag " rs2").
-template <int MT, int WN, int WK, int U, int MINB, int RS = 1>
+template <int MT, int WN, int WK, int U, int MINB>
 void run_cfg(const char* name, int M, int N, int K, Bufs& b, int splits, bool memset_node,
              bool producer, bool cluster = false) {
-  auto kernel = gemv_kernel<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity, RS>;
+  auto kernel = gemv_kernel<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity>;
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * WN * WK, 0));
-  const int cb = gemv_grid_x(N, WN, RS);
+  const int cb = gemv_col_blocks(N, WN);
   const int chunk = gemv_k_chunk(K, splits);
   splits = (K + chunk - 1) / chunk;
   CK(cudaMemset(b.cnt, 0, 4096 * sizeof(int)));
@@ -97,30 +94,30 @@ void run_cfg(const char* name, int M, int N, int K, Bufs& b, int splits, bool me
     if (producer) touch_x<<<(M * K + 255) / 256, 256, 0, st>>>(b.X, M * K);
     if (memset_node && splits > 1) CK(cudaMemsetAsync(b.cnt, 0, cb * sizeof(int), st));
     if (cluster)
-      CK((gemv_cluster_launch<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity, RS>(
+      CK((gemv_cluster_launch<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity>(
           b.X, K, w0, w0, N, b.out, N, M, N, K, splits, st)));
     else
-      CK((gemv_launch<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity, RS>(
+      CK((gemv_launch<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity>(
           b.X, K, w0, w0, N, b.out, N, M, N, K, splits, b.ws, b.cnt, st)));
   };
   const double us = time_us(call, 20);
   const double bytes = double(wsz) * 2 + double(M) * K * 2 + double(M) * N * 2;
   const double gbps = bytes / (us * 1e3);
   printf(
-      "SWEEP %-22s m%-2d w%dx%d u%d minb%d grid %3dx%-2d (%4d blk, %d/SM)%s%s%s %8.2f us %5.0f "
-      "GB/s %5.1f%% copy\n",
+      "SWEEP %-22s m%-2d w%dx%d u%d minb%d grid %3dx%-2d (%4d blk, %d/SM)%s%s %8.2f us %5.0f GB/s "
+      "%5.1f%% copy\n",
       name, M, WN, WK, U, MINB, cb, splits, cb * splits, per_sm,
       cluster       ? " cluster"
       : memset_node ? " memset"
                     : "",
-      producer ? " +producer" : "", RS > 1 ? " rs2" : "", us, gbps, 100.0 * gbps / g_copy);
+      producer ? " +producer" : "", us, gbps, 100.0 * gbps / g_copy);
 }
 
-template <int MT, int WN, int WK, int U, int MINB, int RS = 1>
+template <int MT, int WN, int WK, int U, int MINB>
 void sweep_splits(const char* name, int M, int N, int K, Bufs& b, const std::vector<int>& splits) {
   for (int s : splits) {
     if (K / s < 256) continue;
-    run_cfg<MT, WN, WK, U, MINB, RS>(name, M, N, K, b, s, false, false);
+    run_cfg<MT, WN, WK, U, MINB>(name, M, N, K, b, s, false, false);
   }
 }
 
@@ -198,46 +195,8 @@ void shape_mt4(const char* name, int M, int N, int K) {
   cudaFree(b.X), cudaFree(b.out), cudaFree(b.ws), cudaFree(b.cnt);
 }
 
-// M = 32 as two row halves of MT = 2 (ROW_SPLIT = 2: adjacent blocks read the same W slab, the
-// second from L2) against one block of MT = 4 (64 accumulators per lane: unroll 1 or fewer
-// blocks per SM), and M = 16 with MT = 2 (the W streaming rate MT = 2 reaches). The rs2 lines carry
-// the tag " rs2"; their grid x and block counts include both halves.
-void shape_rs2(const char* name, int N, int K) {
-  const int M = 32;
-  Bufs b;
-  const size_t wbytes = size_t(K) * N * sizeof(__half);
-  b.copies = int(std::max<size_t>(2, (size_t(200) << 20) / wbytes + 1));
-  b.W.resize(b.copies);
-  for (auto& p : b.W) {
-    CK(cudaMalloc(&p, wbytes));
-    CK(cudaMemset(p, 0x33, wbytes));
-  }
-  CK(cudaMalloc(&b.X, size_t(M) * K * sizeof(__half)));
-  CK(cudaMemset(b.X, 0x2c, size_t(M) * K * sizeof(__half)));
-  CK(cudaMalloc(&b.out, size_t(M) * N * sizeof(__half)));
-  CK(cudaMalloc(&b.ws, size_t(64) << 22));
-  CK(cudaMalloc(&b.cnt, 4096 * sizeof(int)));
-  // ROW_SPLIT = 2, MT = 2.
-  for (int sp = 1; sp <= 8; ++sp) {
-    if (K / sp < 256) continue;
-    run_cfg<2, 1, 4, 2, 3, 2>(name, M, N, K, b, sp, false, false, true);
-  }
-  sweep_splits<2, 1, 4, 2, 3, 2>(name, M, N, K, b, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
-  sweep_splits<2, 1, 8, 2, 2, 2>(name, M, N, K, b, {1, 2, 3, 4});
-  // References in the same run: MT = 4 at M = 32, MT = 2 at M = 16 (cluster, 1x4 warps).
-  for (int sp = 1; sp <= 8; ++sp) {
-    if (K / sp < 256) continue;
-    run_cfg<4, 1, 4, 1, 3>(name, M, N, K, b, sp, false, false, true);
-    run_cfg<4, 1, 4, 2, 2>(name, M, N, K, b, sp, false, false, true);
-    run_cfg<2, 1, 4, 2, 3>(name, 16, N, K, b, sp, false, false, true);
-  }
-  for (auto p : b.W) cudaFree(p);
-  cudaFree(b.X), cudaFree(b.out), cudaFree(b.ws), cudaFree(b.cnt);
-}
-
 int main(int argc, char** argv) {
   const bool mt4_only = argc > 1 && std::string(argv[1]) == "mt4";
-  const bool rs2_only = argc > 1 && std::string(argv[1]) == "rs2";
   {
     const size_t bytes = size_t(512) << 20;
     char *a, *c;
@@ -254,13 +213,6 @@ int main(int argc, char** argv) {
     const double e =
         time_us([&](int, cudaStream_t s) { touch_x<<<1, 32, 0, s>>>(nullptr, 0); }, 20);
     printf("SWEEP empty kernel in graph %.2f us\n", e);
-  }
-  if (rs2_only) {
-    shape_rs2("N6144 K4096", 6144, 4096);
-    shape_rs2("N2304 K16384", 2304, 16384);
-    shape_rs2("N16384 K6656", 16384, 6656);
-    shape_rs2("N13312 K16384", 13312, 16384);
-    return 0;
   }
   if (mt4_only) {
     shape_mt4<4>("N6144 K4096", 32, 6144, 4096);

@@ -931,20 +931,19 @@ struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
 };
 
 // CLUSTER: gemv_cluster_launch (sm_90) with exactly `splits` CTAs per cluster, empty k-ranges
-// included; otherwise gemv_launch with the splits that are not empty. RS: ROW_SPLIT (M up to
-// 8 * MT * RS rows, as RS halves of MT m-tiles).
+// included; otherwise gemv_launch with the splits that are not empty.
 template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, bool CLUSTER = false,
-          int RS = 1, class Epi>
+          class Epi>
 void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
                const float* h_row_scale = nullptr, int repeats = 2) {
   const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
   const int k_chunk = gemv_k_chunk(K, splits);
   const int real_splits = CLUSTER ? splits : ceil_div(K, k_chunk);
-  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq, RS);
+  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq);
   DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
   DBuf<TO> dout(size_t(M) * ldo);
   DBuf<float> dws(std::max<int64_t>(wsf, 1));
-  DBuf<int> dcnt(gemv_grid_x(N, WN, RS));
+  DBuf<int> dcnt(gemv_col_blocks(N, WN));
   CK(cudaMemset(dcnt.p, 0, dcnt.n * sizeof(int)));
   double worst = 0;
   int bad_pad = 0;
@@ -954,10 +953,10 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
     dX.upload(X), dW0.upload(W0), dW1.upload(W1);
     dout.poison();
     if constexpr (CLUSTER) {
-      CK((gemv_cluster_launch<T, TO, MT, NW, WN, WK, U, 1, Epi, RS>(
+      CK((gemv_cluster_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
           dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, splits, 0, epi)));
     } else {
-      CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi, RS>(
+      CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
           dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, real_splits, dws.p, dcnt.p, 0, epi)));
     }
     CK_LAUNCH();
@@ -994,9 +993,9 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
   }
   const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
   char name[200];
-  snprintf(name, sizeof name, "%s.%s_m%d_n%d_k%d_mt%d%s_nw%d_w%dx%d_u%d_splits%d_%s_%s",
-           CLUSTER ? "gemv_cluster" : "gemv", tname<T>(), M, N, K, MT, RS > 1 ? "_rs2" : "", NW, WN,
-           WK, U, real_splits, tname<TO>(), epi_name);
+  snprintf(name, sizeof name, "%s.%s_m%d_n%d_k%d_mt%d_nw%d_w%dx%d_u%d_splits%d_%s_%s",
+           CLUSTER ? "gemv_cluster" : "gemv", tname<T>(), M, N, K, MT, NW, WN, WK, U, real_splits,
+           tname<TO>(), epi_name);
   report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
 }
 
@@ -1077,43 +1076,6 @@ static void test_gemv_cluster(const cudaDeviceProp& prop) {
                                        "rmsnorm");
   test_gemv<BF, BF, 2, 1, 4, 2, 2, true>(9, 520, 2048, 8, GemvRmsNorm{1.0f / 2048, 1e-6f},
                                          "rmsnorm");
-}
-
-// ROW_SPLIT = 2 (two blocks of MT = 2 per column block: rows 0..15 and 16..31): both kernels,
-// M = 17 (second half one row), 24 (second half one m-tile), 32 (both full) and 9 (second half
-// empty: it must exit without touching the split-K counter or the cluster barriers), splits 1, 3
-// and 8 (K = 2052: chunks of 272, none empty; the cluster kernel gets exactly 8 CTAs), Identity
-// and the fused rms_norm (row sums per half), f16 and bf16, 1x4 and 2x4 warps; the epilogue's
-// absolute row index (coords); repeated launches reuse the counters.
-static void test_gemv_rowsplit(const cudaDeviceProp& prop) {
-  using H = __half;
-  using BF = __nv_bfloat16;
-  const GemvIdentity id;
-  const bool sm90 = prop.major >= 9;
-  if (!sm90)
-    printf("SKIP gemv_cluster rs2 (needs sm_90, device is sm_%d%d)\n", prop.major, prop.minor);
-  for (int M : {17, 24, 32, 9})
-    for (int s : {1, 3, 8}) {
-      const GemvRmsNorm rms{1.0f / 2052, 1e-6f};
-      test_gemv<H, H, 2, 1, 1, 4, 2, false, 2>(M, 520, 2052, s, id, "id");
-      test_gemv<BF, BF, 2, 1, 2, 4, 2, false, 2>(M, 264, 2052, s, id, "id");
-      test_gemv<H, H, 2, 1, 2, 4, 2, false, 2>(M, 520, 2052, s, rms, "rmsnorm");
-      test_gemv<BF, BF, 2, 1, 1, 4, 2, false, 2>(M, 264, 2052, s, rms, "rmsnorm");
-      if (!sm90) continue;
-      test_gemv<H, H, 2, 1, 1, 4, 2, true, 2>(M, 520, 2052, s, id, "id");
-      test_gemv<BF, BF, 2, 1, 2, 4, 2, true, 2>(M, 264, 2052, s, id, "id");
-      test_gemv<H, H, 2, 1, 2, 4, 2, true, 2>(M, 520, 2052, s, rms, "rmsnorm");
-      test_gemv<BF, BF, 2, 1, 1, 4, 2, true, 2>(M, 264, 2052, s, rms, "rmsnorm");
-    }
-  std::vector<float> scale(32);
-  for (auto& s : scale) s = g_rng.range(0.5f, 2.0f);
-  DBuf<float> dscale(32);
-  dscale.upload(scale);
-  test_gemv<H, float, 2, 1, 1, 4, 2, false, 2>(29, 328, 1024, 3, GemvEpiCoords{dscale.p}, "coords",
-                                               scale.data());
-  if (sm90)
-    test_gemv<H, float, 2, 1, 1, 4, 2, true, 2>(29, 328, 1024, 3, GemvEpiCoords{dscale.p}, "coords",
-                                                scale.data());
 }
 
 // ---- Timing ------------------------------------------------------------------------------------
@@ -1396,8 +1358,6 @@ int main() {
   test_gemv_all();
   stage("gemv_cluster");
   test_gemv_cluster(prop);
-  stage("gemv_rowsplit", 120);
-  test_gemv_rowsplit(prop);
   if (!getenv("KILN_SKIP_TIMING")) {
     stage("timing", 120);
     timing(prop);

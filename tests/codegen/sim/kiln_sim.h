@@ -734,11 +734,11 @@ struct GemvRmsNorm {
 };
 
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS = 1, class Epi = GemvIdentity, int ROW_SPLIT = 1>
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
 inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, int64_t ldw, TO* out,
                                int64_t ldo, int M, int N, int K, int, float*, int*, cudaStream_t,
                                Epi epi = Epi()) {
-  if (M > 8 * MT * ROW_SPLIT) kiln_sim::fail("gemv: M > 8 MT ROW_SPLIT");
+  if (M > 8 * MT) kiln_sim::fail("gemv: M > 8 MT");
   for (int m = 0; m < M; ++m) {
     float rowsq = 0.0f;
     if (Epi::kRowSumSq)
@@ -753,12 +753,12 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, i
 }
 
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS = 1, class Epi = GemvIdentity, int ROW_SPLIT = 1>
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
 inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, const T* W1,
                                        int64_t ldw, TO* out, int64_t ldo, int M, int N, int K,
                                        int splits, cudaStream_t stream, Epi epi = Epi()) {
   if (splits < 1 || splits > 8) kiln_sim::fail("gemv_cluster: splits outside 1..8");
-  return gemv_launch<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi, ROW_SPLIT>(
+  return gemv_launch<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(
       X, ldx, W0, W1, ldw, out, ldo, M, N, K, splits, nullptr, nullptr, stream, epi);
 }
 
