@@ -177,16 +177,17 @@ static double compare(int o, const void* out, const double* ref, double* acc, cu
 }
 
 int main(int argc, char** argv) {
-  bool check_only = false, no_check = false;
+  bool check_only = false, no_check = false, kernel_only = false;
   uint64_t seed = kDefaultSeed;
   int repeats = kDefaultRepeats, checks = kDefaultChecks;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--check-only")) check_only = true;
     else if (!strcmp(argv[i], "--no-check")) no_check = true;
+    else if (!strcmp(argv[i], "--kernel-only")) kernel_only = true;
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--checks") && i + 1 < argc) checks = atoi(argv[++i]);
-    else { fprintf(stderr, "usage: %s [--check-only] [--no-check] [--seed S] [--repeats R] [--checks C]\n", argv[0]); return 2; }
+    else { fprintf(stderr, "usage: %s [--check-only] [--no-check] [--kernel-only] [--seed S] [--repeats R] [--checks C]\n", argv[0]); return 2; }
   }
   cudaDeviceProp prop;
   KILN_CK(cudaGetDeviceProperties(&prop, 0));
@@ -214,6 +215,17 @@ int main(int argc, char** argv) {
 
   bool ok = true;
   double max_err = 0.0;
+  if (kernel_only) {
+    // One call on fresh inputs and nothing else (no reference, no timing): what a memory or race
+    // checker should look at.
+    for (int i = 0; i < kNumIn; ++i) gen_input(i, in[i], seed, s);
+    for (int o = 0; o < kNumOut; ++o) KILN_CK(cudaMemsetAsync(out[o], 0xff, kOutBytes[o], s));
+    KILN_CK(KILN_CALL(in, out, ws, s));
+    KILN_CK(cudaStreamSynchronize(s));
+    KILN_CK(cudaGetLastError());
+    printf("kernel-only run done\n");
+    return 0;
+  }
   if (!no_check) {
     for (int c = 0; c < checks; ++c) {
       const uint64_t sd = seed + (uint64_t)c;
@@ -521,7 +533,7 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
       "// Kiln GPU harness for {0}: checks kiln_{0} against a float64 reference of spec {1}, then\n"
       "// times it (CUDA-graph replays, inputs rotating over enough copies to defeat L2).\n"
       "// Build: {2}\n"
-      "// Run:   ./harness_{0} [--check-only] [--seed S] [--repeats R] [--checks C]\n"
+      "// Run:   ./harness_{0} [--check-only | --kernel-only] [--seed S] [--repeats R] [--checks C]\n"
       "// Prints: KILN_RESULT name={0} ok=0|1 err=MAX_REL_ERR us=MEDIAN_US ...; exit 0 ok, 1 "
       "mismatch, 2 CUDA error.\n\n",
       candidate.name, spec.name,
