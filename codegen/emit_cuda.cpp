@@ -419,35 +419,31 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     const std::string epi = rms ? fmt::format("kiln::rt::GemvRmsNorm{{{}, {}}}",
                                               flit(1.0 / double(K)), flit(rms_op->attrs.eps))
                                 : std::string("kiln::rt::GemvIdentity()");
-    const int unroll = kp.gemv_unroll;  // and blocks per SM: plan_schedule's gemv rule
+    // Template arguments and operands shared by both launchers; unroll and blocks per SM are
+    // plan_schedule's gemv rule.
+    const std::string targs =
+        fmt::format("{}, {}, {}, 1, {}, {}, {}, {}, {}", TA, TO, mt, kp.gemv_warps_n,
+                    kp.gemv_warps_k, kp.gemv_unroll, kp.gemv_min_blocks,
+                    rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+    const std::string operands = fmt::format(
+        "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), K, x.ptr(op.inputs[1]),
+        x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
     if (kp.gemv_cluster) {
-      L.f("err = kiln::rt::gemv_cluster_launch<{}, {}, {}, 1, {}, {}, {}, {}, {}>({}, {}, {}, {}, "
-          "{}, {}, {}, {}, {}, {}, {}, stream, {});",
-          TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, kp.gemv_min_blocks,
-          rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in), K,
-          x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits,
-          epi);
-      L.line("if (err != cudaSuccess) return err;");
-      L.close();
-      return;
-    }
-    if (kp.splits > 1) {
-      int64_t col_blocks = cdiv(N, 64 * kp.gemv_warps_n);
-      L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
-      L.f("int* counters = reinterpret_cast<int*>(ws + {});",
-          kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);
-      L.f("if ((err = cudaMemsetAsync(counters, 0, {}, stream)) != cudaSuccess) return err;",
-          col_blocks * 4);
+      L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
     } else {
-      L.line("float* gw = nullptr;");
-      L.line("int* counters = nullptr;");
+      if (kp.splits > 1) {
+        int64_t col_blocks = cdiv(N, 64 * kp.gemv_warps_n);
+        L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
+        L.f("int* counters = reinterpret_cast<int*>(ws + {});",
+            kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);
+        L.f("if ((err = cudaMemsetAsync(counters, 0, {}, stream)) != cudaSuccess) return err;",
+            col_blocks * 4);
+      } else {
+        L.line("float* gw = nullptr;");
+        L.line("int* counters = nullptr;");
+      }
+      L.f("err = kiln::rt::gemv_launch<{}>({}, gw, counters, stream, {});", targs, operands, epi);
     }
-    L.f("err = kiln::rt::gemv_launch<{}, {}, {}, 1, {}, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, "
-        "{}, {}, {}, {}, {}, gw, counters, stream, {});",
-        TA, TO, mt, kp.gemv_warps_n, kp.gemv_warps_k, unroll, kp.gemv_min_blocks,
-        rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in), K,
-        x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits,
-        epi);
     L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
     L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 4>, {}, "

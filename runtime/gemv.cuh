@@ -217,6 +217,30 @@ KILN_DEV float gemv_rowsq_block(float (&rowsq)[MT], float* srow) {
   return r;
 }
 
+// One block's share of the GEMV over rows [k_begin, k_end) of K: acc gets the block's partial
+// sums (those of its WARPS_K warps folded into the wk = 0 warps, as gemv_block_reduce leaves
+// them; wk = warp / WARPS_N) and, with ROWSQ, the return value in threads tid < MT * 8 is the
+// block's sum of squares of X row tid (gemv_rowsq_block; 0 elsewhere and without ROWSQ). red and
+// srow are those two functions' shared memory. Every thread of the block calls it; both GEMV
+// kernels start with it.
+template <typename T, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL, bool ROWSQ>
+KILN_DEV float gemv_block_partial(GemvAcc<MT> (&acc)[NW], const T* __restrict__ X, int64_t ldx,
+                                  int M, const T* __restrict__ W0, const T* __restrict__ W1,
+                                  int64_t ldw, int N, int n_warp, int wk, int k_begin, int k_end,
+                                  float* red, float* srow) {
+  float rowsq[MT];
+#pragma unroll
+  for (int v = 0; v < NW; ++v) acc[v].zero();
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = 0.0f;
+  gemv_mainloop<T, MT, NW, UNROLL, ROWSQ>(acc, rowsq, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin,
+                                          k_end, wk, WARPS_K);
+  gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
+  float row = 0.0f;
+  if constexpr (ROWSQ) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
+  return row;
+}
+
 // Split-K across the gridDim.y blocks of one column block. ws: this column block's workspace,
 // splits * (WARPS_N * NW * MT * 512 + ROWS) floats; counter: its arrival counter (0 between
 // launches). ROWS > 0: thread tid < ROWS also publishes `row` (gemv_rowsq_block's value) and, in
@@ -357,16 +381,8 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   const int k_begin = split * k_chunk, k_end = min_i(K, k_begin + k_chunk);
 
   GemvAcc<MT> acc[NW];
-  float rowsq[MT];
-#pragma unroll
-  for (int v = 0; v < NW; ++v) acc[v].zero();
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = 0.0f;
-  gemv_mainloop<T, MT, NW, UNROLL, kRows>(acc, rowsq, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin,
-                                          k_end, wk, WARPS_K);
-  gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
-  float row = 0.0f;
-  if constexpr (kRows) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
+  float row = gemv_block_partial<T, MT, NW, WARPS_N, WARPS_K, UNROLL, kRows>(
+      acc, X, ldx, M, W0, W1, ldw, N, n_warp, wk, k_begin, k_end, red, srow);
   if (splits > 1) {
     const int64_t per_split = WARPS_N * NW * MT * 512 + kRowsN;
     float* wsb = ws + static_cast<int64_t>(blockIdx.x) * splits * per_split;
@@ -512,16 +528,8 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
   if (clustered) cluster_arrive_relaxed();
 
   GemvAcc<MT> acc[NW];
-  float rowsq[MT];
-#pragma unroll
-  for (int v = 0; v < NW; ++v) acc[v].zero();
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) rowsq[mt] = 0.0f;
-  gemv_mainloop<T, MT, NW, UNROLL, kRows>(acc, rowsq, X, ldx, M, W0, W1, ldw, N, n_warp, k_begin,
-                                          k_end, wk, WARPS_K);
-  gemv_block_reduce<MT, NW, WARPS_N, WARPS_K>(acc, red);
-  float row = 0.0f;
-  if constexpr (kRows) row = gemv_rowsq_block<MT, WARPS_N, WARPS_K>(rowsq, srow);
+  float row = gemv_block_partial<T, MT, NW, WARPS_N, WARPS_K, UNROLL, kRows>(
+      acc, X, ldx, M, W0, W1, ldw, N, n_warp, wk, k_begin, k_end, red, srow);
 
   float4* const slots = gemv_cluster_dsmem;
   const int sources = splits - 1;  // remote sources per owned unit

@@ -29,37 +29,7 @@ using namespace kiln::rt;
     }                                                                                     \
   } while (0)
 
-static double time_us(const std::function<void(int, cudaStream_t)>& call, int iters) {
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  for (int i = 0; i < 3; ++i) call(i, st);
-  CK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < iters; ++i) call(i, st);
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaGraphLaunch(exec, st));
-  std::vector<double> ts;
-  for (int r = 0; r < 7; ++r) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms * 1000.0 / iters);
-  }
-  CK(cudaGetLastError());
-  std::sort(ts.begin(), ts.end());
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(st);
-  return ts[ts.size() / 2];
-}
+#include "gpu_timing.h"
 
 struct Bufs {
   std::vector<__half*> W;
@@ -68,6 +38,30 @@ struct Bufs {
   int* cnt;
   int copies;
 };
+
+// Weights (copies rotating over > 200 MB, so L2 does not serve them), X, out, a split-K workspace
+// and counters for one shape; filled with constant nonzero bytes (timing only).
+static Bufs alloc_bufs(int M, int N, int K) {
+  Bufs b;
+  const size_t wbytes = size_t(K) * N * sizeof(__half);
+  b.copies = int(std::max<size_t>(2, (size_t(200) << 20) / wbytes + 1));
+  b.W.resize(b.copies);
+  for (auto& p : b.W) {
+    CK(cudaMalloc(&p, wbytes));
+    CK(cudaMemset(p, 0x33, wbytes));
+  }
+  CK(cudaMalloc(&b.X, size_t(M) * K * sizeof(__half)));
+  CK(cudaMemset(b.X, 0x2c, size_t(M) * K * sizeof(__half)));
+  CK(cudaMalloc(&b.out, size_t(M) * N * sizeof(__half)));
+  CK(cudaMalloc(&b.ws, size_t(64) << 22));
+  CK(cudaMalloc(&b.cnt, 4096 * sizeof(int)));
+  return b;
+}
+
+static void free_bufs(Bufs& b) {
+  for (auto p : b.W) cudaFree(p);
+  cudaFree(b.X), cudaFree(b.out), cudaFree(b.ws), cudaFree(b.cnt);
+}
 
 static double g_copy = 0;
 
@@ -100,7 +94,7 @@ void run_cfg(const char* name, int M, int N, int K, Bufs& b, int splits, bool me
       CK((gemv_launch<__half, __half, MT, 1, WN, WK, U, MINB, GemvIdentity>(
           b.X, K, w0, w0, N, b.out, N, M, N, K, splits, b.ws, b.cnt, st)));
   };
-  const double us = time_us(call, 20);
+  const double us = time_us(call, 20, 7);
   const double bytes = double(wsz) * 2 + double(M) * K * 2 + double(M) * N * 2;
   const double gbps = bytes / (us * 1e3);
   printf(
@@ -123,19 +117,7 @@ void sweep_splits(const char* name, int M, int N, int K, Bufs& b, const std::vec
 
 template <int MT>
 void shape(const char* name, int M, int N, int K) {
-  Bufs b;
-  const size_t wbytes = size_t(K) * N * sizeof(__half);
-  b.copies = int(std::max<size_t>(2, (size_t(200) << 20) / wbytes + 1));
-  b.W.resize(b.copies);
-  for (auto& p : b.W) {
-    CK(cudaMalloc(&p, wbytes));
-    CK(cudaMemset(p, 0x33, wbytes));
-  }
-  CK(cudaMalloc(&b.X, size_t(M) * K * sizeof(__half)));
-  CK(cudaMemset(b.X, 0x2c, size_t(M) * K * sizeof(__half)));
-  CK(cudaMalloc(&b.out, size_t(M) * N * sizeof(__half)));
-  CK(cudaMalloc(&b.ws, size_t(64) << 22));
-  CK(cudaMalloc(&b.cnt, 4096 * sizeof(int)));
+  Bufs b = alloc_bufs(M, N, K);
   const std::vector<int> S = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24};
   constexpr int U = MT >= 4 ? 1 : 2;
   sweep_splits<MT, 2, 4, U, 2>(name, M, N, K, b, S);
@@ -159,27 +141,14 @@ void shape(const char* name, int M, int N, int K) {
     run_cfg<MT, 1, 4, U, 3>(name, M, N, K, b, s, true, true);
     run_cfg<MT, 1, 4, U, 3>(name, M, N, K, b, std::min(s, 8), false, true, true);
   }
-  for (auto p : b.W) cudaFree(p);
-  cudaFree(b.X), cudaFree(b.out), cudaFree(b.ws), cudaFree(b.cnt);
+  free_bufs(b);
 }
 
 // Four m-tiles (M = 25..32) hold 64 accumulator floats per lane; which block shape, unroll and
 // occupancy streams best then.
 template <int MT>
 void shape_mt4(const char* name, int M, int N, int K) {
-  Bufs b;
-  const size_t wbytes = size_t(K) * N * sizeof(__half);
-  b.copies = int(std::max<size_t>(2, (size_t(200) << 20) / wbytes + 1));
-  b.W.resize(b.copies);
-  for (auto& p : b.W) {
-    CK(cudaMalloc(&p, wbytes));
-    CK(cudaMemset(p, 0x33, wbytes));
-  }
-  CK(cudaMalloc(&b.X, size_t(M) * K * sizeof(__half)));
-  CK(cudaMemset(b.X, 0x2c, size_t(M) * K * sizeof(__half)));
-  CK(cudaMalloc(&b.out, size_t(M) * N * sizeof(__half)));
-  CK(cudaMalloc(&b.ws, size_t(64) << 22));
-  CK(cudaMalloc(&b.cnt, 4096 * sizeof(int)));
+  Bufs b = alloc_bufs(M, N, K);
   const std::vector<int> S = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16};
   sweep_splits<MT, 1, 4, 2, 2>(name, M, N, K, b, S);
   sweep_splits<MT, 1, 4, 2, 1>(name, M, N, K, b, S);
@@ -191,8 +160,7 @@ void shape_mt4(const char* name, int M, int N, int K) {
     run_cfg<MT, 1, 4, 1, 3>(name, M, N, K, b, sp, false, false, true);
     run_cfg<MT, 1, 4, 2, 2>(name, M, N, K, b, sp, false, false, true);
   }
-  for (auto p : b.W) cudaFree(p);
-  cudaFree(b.X), cudaFree(b.out), cudaFree(b.ws), cudaFree(b.cnt);
+  free_bufs(b);
 }
 
 int main(int argc, char** argv) {

@@ -1080,38 +1080,7 @@ static void test_gemv_cluster(const cudaDeviceProp& prop) {
 
 // ---- Timing ------------------------------------------------------------------------------------
 
-// Median time of one call, replaying a CUDA graph of `iters` calls (call(i) rotates its inputs).
-static double time_us(const std::function<void(int, cudaStream_t)>& call, int iters) {
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  for (int i = 0; i < 3; ++i) call(i, st);  // warm-up (module load, first-touch)
-  CK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < iters; ++i) call(i, st);
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaGraphLaunch(exec, st));
-  std::vector<double> ts;
-  for (int r = 0; r < 5; ++r) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms * 1000.0 / iters);
-  }
-  CK(cudaGetLastError());
-  std::sort(ts.begin(), ts.end());
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(st);
-  return ts[ts.size() / 2];
-}
+#include "gpu_timing.h"
 
 static double g_copy_gbps = 0;
 
