@@ -52,12 +52,10 @@ void launch_check(Code& c) {
   c.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
 }
 
-// Operand expression of a predefined elementwise kernel: a folded constant or a load.
-void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
-  if (kp.strategy.rfind("fused into", 0) == 0) return;  // a row kernel's prologue does it
-  const TensorDesc& out = x.g.tensor(op.outputs[0]);
-  int64_t N = numel(out.shape);
-  std::vector<std::string> params, args;
+// The kernel parameters `const T* p<j>` (and launch arguments) of op's non-constant inputs j;
+// constants are folded into the expressions instead. Returns the indices j it added.
+std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std::string>& params,
+                                std::vector<std::string>& args) {
   std::vector<int> loaded;
   for (size_t j = 0; j < op.inputs.size(); ++j) {
     int t = op.inputs[j];
@@ -66,6 +64,35 @@ void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     args.push_back(x.ptr(t));
     loaded.push_back(static_cast<int>(j));
   }
+  return loaded;
+}
+
+// Loads V consecutive elements of each of op's non-constant inputs, at element offset `at` of
+// p<j>, into `float a<j>[V]`, and returns the per-element operand expressions for ew_expr (a<j>[q],
+// or the folded constant). V elements are 16 bytes of the inputs' dtype.
+std::vector<std::string> vector_operands(GraphCtx& x, const KernelOp& op, Code& c, int V,
+                                         const std::string& at) {
+  std::vector<std::string> xs;
+  for (size_t j = 0; j < op.inputs.size(); ++j) {
+    int t = op.inputs[j];
+    if (x.is_const(t)) {
+      xs.push_back(flit(x.const_value(t)));
+    } else {
+      c.f("float a{}[{}];", j, V);
+      c.f("kiln::rt::load16_f32(p{} + {}, a{});", j, at, j);
+      xs.push_back(fmt::format("a{}[q]", j));
+    }
+  }
+  return xs;
+}
+
+// Operand expression of a predefined elementwise kernel: a folded constant or a load.
+void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  if (kp.fused_into >= 0) return;  // a row kernel's prologue does it
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  int64_t N = numel(out.shape);
+  std::vector<std::string> params, args;
+  std::vector<int> loaded = operand_params(x, op, params, args);
   params.push_back(fmt::format("{}* __restrict__ y", ctype(out.dtype)));
   args.push_back(x.ptr(op.outputs[0]));
   bool vec = kp.strategy.rfind("elementwise v", 0) == 0;
@@ -82,17 +109,7 @@ void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
         fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
                     "(int64_t)gridDim.x * 256) {{",
                     N / V));
-    std::vector<std::string> xs;
-    for (size_t j = 0; j < op.inputs.size(); ++j) {
-      int t = op.inputs[j];
-      if (x.is_const(t)) {
-        xs.push_back(flit(x.const_value(t)));
-      } else {
-        c.f("float a{}[{}];", j, V);
-        c.f("kiln::rt::load16_f32(p{} + e * {}, a{});", j, V, j);
-        xs.push_back(fmt::format("a{}[q]", j));
-      }
-    }
+    std::vector<std::string> xs = vector_operands(x, op, c, V, fmt::format("e * {}", V));
     c.f("float r[{}];", V);
     c.line("#pragma unroll");
     c.f("for (int q = 0; q < {}; ++q) r[q] = {};", V, ew_expr(op.kind, op.attrs, xs));
@@ -164,18 +181,13 @@ void emit_rms_rows(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   const int T = kp.threads;
   const int64_t CH = R / V;
   const int64_t NV = (CH + T - 1) / T;
-  const bool prologue = kp.strategy.find("prologue") != std::string::npos;
-  const bool store_h = kp.strategy.find("stores its output") != std::string::npos;
+  const bool prologue = kp.prologue_op >= 0;
+  const bool store_h = kp.prologue_stores;
   const int h = op.inputs[0];
-  const KernelOp* ep = prologue ? &x.g.ops[x.g.producer(h)] : nullptr;
+  const KernelOp* ep = prologue ? &x.g.ops[kp.prologue_op] : nullptr;
   std::vector<std::string> params, args;
   if (prologue) {
-    for (size_t j = 0; j < ep->inputs.size(); ++j) {
-      int t = ep->inputs[j];
-      if (x.is_const(t)) continue;
-      params.push_back(fmt::format("const {}* __restrict__ p{}", x.ty(t), j));
-      args.push_back(x.ptr(t));
-    }
+    operand_params(x, *ep, params, args);
     if (store_h) {
       params.push_back(fmt::format("{}* __restrict__ hout", x.ty(h)));
       args.push_back(x.ptr(h));
@@ -209,17 +221,9 @@ void emit_rms_rows(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   c.f("  const int64_t e = base + (int64_t)(threadIdx.x + i * {}) * {};", T, V);
   c.f("  if (threadIdx.x + i * {} < {}) {{", T, CH);
   if (prologue) {
-    std::vector<std::string> xs;
-    for (size_t j = 0; j < ep->inputs.size(); ++j) {
-      int t = ep->inputs[j];
-      if (x.is_const(t)) {
-        xs.push_back(flit(x.const_value(t)));
-      } else {
-        c.f("    float a{}[{}];", j, V);
-        c.f("    kiln::rt::load16_f32(p{} + e, a{});", j, j);
-        xs.push_back(fmt::format("a{}[q]", j));
-      }
-    }
+    c.set_indent(c.indent() + 2);
+    std::vector<std::string> xs = vector_operands(x, *ep, c, V, "e");
+    c.set_indent(c.indent() - 2);
     c.line("#pragma unroll");
     c.f("    for (int q = 0; q < {}; ++q) v[i][q] = kiln::rt::to_f32(kiln::rt::from_f32<{}>({}));",
         V, x.ty(h), ew_expr(ep->kind, ep->attrs, xs));
@@ -256,7 +260,8 @@ void emit_rms_rows(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
 // Reductions, softmax and rms_norm share the row structure: a warp or a block per row when the
 // reduced dim is innermost, else a thread per column.
 void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
-  if (kp.strategy.rfind("fused into", 0) == 0) return;  // its consumer's GEMV does it
+  if (kp.fused_into >= 0) return;  // its consumer's GEMV does it
+  if (kp.strategy.rfind("row per block v", 0) == 0) return emit_rms_rows(x, op, kp);
   const OpClass cls = op_info(op.kind).cls;
   const TensorDesc& in = x.g.tensor(op.inputs[0]);
   const TensorDesc& out = x.g.tensor(op.outputs[0]);
@@ -282,10 +287,6 @@ void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     }
   }
   const char* TO = ctype(out.dtype);
-  if (kp.strategy.rfind("row per block v", 0) == 0) {
-    emit_rms_rows(x, op, kp);
-    return;
-  }
   bool is_max = op.kind == OpKind::Max;
   std::string init = is_max ? "-__int_as_float(0x7f800000)" : "0.0f";
   c.f("// {}: {} over dim {} of {} ({})", kp.kernel, op_name(op.kind), dim, shape_str(in.shape),
@@ -412,9 +413,9 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   L.open("{");
   if (kp.strategy.rfind("gemv", 0) == 0) {
     int mt = static_cast<int>(cdiv(M, 8));
-    // "gemv rms_norm": A is rms_norm(X) (plan_schedule fused it): read X, scale rows at the end.
-    const bool rms = kp.strategy == "gemv rms_norm";
-    const KernelOp* rms_op = rms ? &x.g.ops[x.g.producer(op.inputs[0])] : nullptr;
+    // A prologue here is A = rms_norm(X) (plan_schedule fused it): read X, scale rows at the end.
+    const bool rms = kp.prologue_op >= 0;
+    const KernelOp* rms_op = rms ? &x.g.ops[kp.prologue_op] : nullptr;
     const int a_in = rms ? rms_op->inputs[0] : op.inputs[0];
     const std::string epi = rms ? fmt::format("kiln::rt::GemvRmsNorm{{{}, {}}}",
                                               flit(1.0 / double(K)), flit(rms_op->attrs.eps))

@@ -1298,14 +1298,31 @@ int64_t tensor_bytes(const TensorDesc& t) {
 
 }  // namespace
 
+// Op `producer` runs inside the kernel of op `consumer` (plan kp) as its prologue: it gets no
+// kernel, and its output tensor `t` is materialized only when `store` (an output, or read by a
+// later op).
+static void fuse_prologue(Schedule& s, int producer, int consumer, KernelPlan& kp, int t,
+                          bool store) {
+  KernelPlan& pp = s.kernels[producer];
+  pp.strategy = "fused into " + kp.kernel;
+  pp.fused_into = consumer;
+  pp.grid = 0;
+  pp.threads = 0;
+  kp.prologue_op = producer;
+  kp.prologue_stores = store;
+  if (!store) s.tensor_offset[t] = -1;
+}
+
 // A long-row rms_norm (a block per row) in 16-byte vectors, the row held in registers between
 // the sum of squares and the scaling: the scalar row loop loads 2 bytes per thread per step and
 // reads the row twice. When its input comes from a vector elementwise op (H = X + R) whose other
 // readers all run later, that op runs inside this kernel as a prologue: the row kernel loads X
 // and R, forms H (rounded to H's dtype, as the spec stores it), writes H if anything else needs
 // it, and normalizes it; H is not read back from memory and the elementwise kernel and its graph
-// node go. kp must already hold the plain "row per block" plan of op k.
-static void plan_rms_rows(const KernelGraph& g, size_t k, KernelPlan& kp, Schedule& s) {
+// node go. kp must already hold the plain "row per block" plan of op k; consumers[t] counts the
+// ops reading tensor t.
+static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule& s,
+                          const std::vector<int>& consumers) {
   const KernelOp& op = g.ops[k];
   const TensorDesc& in = g.tensor(op.inputs[0]);
   const TensorDesc& out = g.tensor(op.outputs[0]);
@@ -1328,29 +1345,15 @@ static void plan_rms_rows(const KernelGraph& g, size_t k, KernelPlan& kp, Schedu
   if (p < 0 || s.kernels[p].strategy.rfind("elementwise v", 0) != 0) return;
   for (int t : g.ops[p].inputs)
     if (!is_const(t) && (g.tensor(t).dtype != in.dtype || g.tensor(t).shape != in.shape)) return;
-  int other_readers = 0;
-  for (size_t j = 0; j < g.ops.size(); ++j) {
-    if (j == k) continue;
-    for (int t : g.ops[j].inputs)
-      if (t == h) {
-        if (j < k) return;  // read before this kernel would write it
-        other_readers++;
-        break;
-      }
-  }
+  for (int j = p + 1; j < k; ++j)  // a reader before this kernel would find H unwritten
+    if (std::find(g.ops[j].inputs.begin(), g.ops[j].inputs.end(), h) != g.ops[j].inputs.end())
+      return;
   const bool store_h =
-      other_readers > 0 || std::find(g.outputs.begin(), g.outputs.end(), h) != g.outputs.end();
+      consumers[h] > 1 || std::find(g.outputs.begin(), g.outputs.end(), h) != g.outputs.end();
   kp.strategy +=
       store_h ? " (+ elementwise prologue, stores its output)" : " (+ elementwise prologue)";
-  KernelPlan& ep = s.kernels[p];
-  ep.strategy = "fused into " + kp.kernel;
-  ep.grid = 0;
-  ep.threads = 0;
-  if (!store_h) s.tensor_offset[h] = -1;
+  fuse_prologue(s, p, k, kp, h, store_h);
 }
-
-// Whether sm_90a GEMVs split K across a cluster (see the gemv plan below).
-constexpr bool kGemvCluster = true;
 
 Schedule plan_schedule(const KernelGraph& g, const Target& t) {
   Schedule s;
@@ -1372,7 +1375,9 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
   std::set<int> is_input(g.inputs.begin(), g.inputs.end());
   std::vector<int> consumers(nt, 0);  // reading ops per tensor (an op reading twice counts once)
   for (const KernelOp& k : g.ops)
-    for (int in : std::set<int>(k.inputs.begin(), k.inputs.end())) consumers[in]++;
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      if (std::find(k.inputs.begin(), k.inputs.begin() + i, k.inputs[i]) == k.inputs.begin() + i)
+        consumers[k.inputs[i]]++;
   // Constants are folded into predefined consumers; they are materialized only when a
   // graph-defined op reads them or they are outputs.
   std::vector<bool> need_store(nt, false);
@@ -1478,7 +1483,8 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
             kp.strategy = xs[dim] >= 2048 ? "row per block" : "row per warp";
             kp.threads = xs[dim] >= 2048 ? 512 : 256;
             kp.grid = xs[dim] >= 2048 ? rows : ceil_div(rows, 8);
-            if (c == OpClass::RmsNorm && xs[dim] >= 2048) plan_rms_rows(g, k, kp, s);
+            if (c == OpClass::RmsNorm && xs[dim] >= 2048)
+              plan_rms_rows(g, static_cast<int>(k), kp, s, consumers);
           } else {
             kp.strategy = "column per thread";
             kp.threads = 256;
@@ -1526,7 +1532,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
             // through distributed shared memory (runtime gemv_cluster_kernel): no float32
             // workspace, no counters to reset (a memset node per call), no last-block pass
             // through L2. A cluster has at most 8 CTAs.
-            kp.gemv_cluster = kGemvCluster && t.arch == Arch::Sm90a && splits > 1;
+            kp.gemv_cluster = t.arch == Arch::Sm90a && splits > 1;
             if (kp.gemv_cluster) splits = std::min(splits, 8);
             int64_t chunk = align_up(ceil_div(K, splits), 16);
             splits = static_cast<int>(ceil_div(K, chunk));
@@ -1548,11 +1554,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
                 g.tensor(g.ops[p].inputs[0]).shape == a.shape) {
               rms = true;
               kp.strategy = "gemv rms_norm";
-              KernelPlan& rp = s.kernels[p];
-              rp.strategy = "fused into " + kp.kernel;
-              rp.grid = 0;
-              rp.threads = 0;
-              s.tensor_offset[a_id] = -1;  // never materialized
+              fuse_prologue(s, p, static_cast<int>(k), kp, a_id, false);
             }
             if (splits > 1 && !kp.gemv_cluster) {
               kp.scratch_bytes =

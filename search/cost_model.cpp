@@ -357,9 +357,8 @@ GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const KernelOp& op = g.ops[i];
     if (op.kind == OpKind::Constant) continue;
-    // Fused into its consumer's kernel by the planner (a weightless rms_norm before a GEMV).
-    if (const KernelPlan* kp = kernel_plan(s, i); kp && kp->strategy.rfind("fused into", 0) == 0)
-      continue;
+    // Fused into its consumer's kernel by the planner (plan_schedule's prologues).
+    if (const KernelPlan* kp = kernel_plan(s, i); kp && kp->fused_into >= 0) continue;
     c.kernels.push_back(op.kind == OpKind::GraphDefined
                             ? graph_defined_cost(op, t, block_plan(s, i))
                             : predefined_cost(g, op, t, kernel_plan(s, i)));

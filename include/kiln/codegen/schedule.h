@@ -152,7 +152,14 @@ struct KernelPlan {
   int gemv_min_blocks = 2;                 // gemv __launch_bounds__ blocks per SM
   int gemv_unroll = 2;                     // gemv k-steps of loads in flight per warp
   bool gemv_cluster = false;               // gemv split-K across a cluster (sm_90a, splits <= 8)
-  int64_t scratch_offset = -1;             // workspace bytes the kernel needs for itself
+  // Fusion across kernel-graph ops (predefined ops only). fused_into >= 0: this op has no kernel
+  // of its own; the kernel of op fused_into does its work. prologue_op >= 0: this kernel does
+  // the work of op prologue_op on its inputs (a weightless rms_norm before a GEMV, an elementwise
+  // op before a row rms_norm), and stores that op's output too when prologue_stores.
+  int fused_into = -1;
+  int prologue_op = -1;
+  bool prologue_stores = false;
+  int64_t scratch_offset = -1;  // workspace bytes the kernel needs for itself
   int64_t scratch_bytes = 0;
 };
 
