@@ -40,7 +40,7 @@ for s in "${SPECS[@]}"; do
   rc=$?
   t1=$(date +%s.%N)
   printf '%s exit %s %.1f s: %s\n' "$n" "$rc" "$(awk "BEGIN { print $t1 - $t0 }")" \
-    "$(grep -E 'measured winner|BUG|error' "$WORK/$n.log" | head -2 | tr '\n' ' ')"
+    "$(grep -E 'kiln: best|BUG|error' "$WORK/$n.log" | head -2 | tr '\n' ' ')"
 done
 python3 "$ROOT/scripts/profile_table.py" "$WORK" > "$OUTDIR/suite.tsv"
 (cd "$WORK" && tar -czf "$OUTDIR/suite.tgz" --exclude='*/profile/*/harness' --exclude='*.cu' \

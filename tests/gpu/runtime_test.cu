@@ -1104,6 +1104,20 @@ struct GemvShape {
   bool rmsnorm = false;  // also time the fused rms_norm epilogue
 };
 
+// One TIME line: the configuration, the median time and the bandwidth it implies (weights, X and
+// the output, once each) against 3.0 TB/s and the measured copy.
+static void report_gemv_time(const GemvShape& s, const char* tag, const char* variant, int mt,
+                             int nw, int wn, int wk, int u, int minb, int col_blocks, int splits,
+                             int per_sm, double us) {
+  const double bytes = double(nw) * s.K * s.N * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
+  const double gbps = bytes / (us * 1e3);
+  printf(
+      "TIME gemv %-36s%s%s mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s "
+      "%5.1f%% of 3.0 TB/s %5.1f%% of copy\n",
+      s.name, tag, variant, mt, wn, wk, u, minb, col_blocks, splits, per_sm, us, gbps,
+      100.0 * gbps / 3000.0, 100.0 * gbps / g_copy_gbps);
+}
+
 template <int MT, int NW, int WN, int WK, int U, int MINB, class Epi>
 void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, __half* X,
                    __half* const* W, __half* out, float* ws, int* cnt, double wave_mult,
@@ -1127,15 +1141,8 @@ void time_gemv_cfg(const GemvShape& s, const cudaDeviceProp& prop, int copies, _
     CK((gemv_launch<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(
         X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, ws, cnt, st, epi)));
   };
-  const double us = time_us(call, 20);
-  const double bytes = double(NW) * wsz * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
-  const double gbps = bytes / (us * 1e3);
-  printf(
-      "TIME gemv %-36s%s mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s %5.1f%% "
-      "of "
-      "3.0 TB/s %5.1f%% of copy\n",
-      s.name, tag, MT, WN, WK, U, MINB, gemv_col_blocks(s.N, WN), splits, per_sm, us, gbps,
-      100.0 * gbps / 3000.0, 100.0 * gbps / g_copy_gbps);
+  report_gemv_time(s, tag, "", MT, NW, WN, WK, U, MINB, gemv_col_blocks(s.N, WN), splits, per_sm,
+                   time_us(call, 20));
 }
 
 // The cluster variant of time_gemv_cfg (sm_90): splits from gemv_cluster_pick_splits for one
@@ -1165,14 +1172,8 @@ void time_gemv_cluster_cfg(const GemvShape& s, const cudaDeviceProp& prop, int c
     CK((gemv_cluster_launch<__half, __half, MT, NW, WN, WK, U, MINB, Epi>(
         X, s.K, w0, w1, s.N, out, s.N, s.M, s.N, s.K, splits, st, epi)));
   };
-  const double us = time_us(call, 20);
-  const double bytes = double(NW) * wsz * 2 + double(s.M) * s.K * 2 + double(s.M) * s.N * 2;
-  const double gbps = bytes / (us * 1e3);
-  printf(
-      "TIME gemv %-36s%s cluster mt%d w%dx%d u%d minb%d grid %4dx%-3d (%d/SM) %8.1f us %6.0f GB/s "
-      "%5.1f%% of 3.0 TB/s %5.1f%% of copy\n",
-      s.name, tag, MT, WN, WK, U, MINB, cb, splits, per_sm, us, gbps, 100.0 * gbps / 3000.0,
-      100.0 * gbps / g_copy_gbps);
+  report_gemv_time(s, tag, " cluster", MT, NW, WN, WK, U, MINB, cb, splits, per_sm,
+                   time_us(call, 20));
 }
 
 template <int MT, int NW>
