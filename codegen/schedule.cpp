@@ -46,6 +46,14 @@ const char* tile_home_name(TileHome h) {
   return "?";
 }
 
+const Distribution* mma_distribution(const BlockSchedule& s, int mm) {
+  if (!s.tiles[mm].mma.use) return nullptr;
+  if (s.tiles[mm].dist.kind == DistKind::Mma) return &s.tiles[mm].dist;
+  for (const TilePlan& t : s.tiles)
+    if (t.root == mm && t.dist.kind == DistKind::Mma) return &t.dist;
+  return nullptr;
+}
+
 int Distribution::slots(int threads) const {
   if (kind == DistKind::Mma) return bw * mtw * ntw * 4;
   int64_t groups = threads / group;
@@ -996,12 +1004,22 @@ class BlockPlanner {
       int64_t budget = pass == 0 ? std::min<int64_t>(s_.smem_budget,
                                                      (tgt_.smem_per_block + 1024) / per_sm - 1024)
                                  : s_.smem_budget;
-      for (int st = want; st >= 1 && !done; --st)
-        for (int pad = 1; pad >= 0 && !done; --pad)
+      // Padded rows before deeper rings: an unpadded tile whose row pitch is a multiple of
+      // 128 bytes puts the 8 rows of every ldmatrix on the same banks (8-way conflicts: a gqa
+      // grid that dropped the padding for a third stage ran 3.7x slower than with it and two
+      // stages). A ring of one stage overlaps nothing, so two stages come before padding.
+      const int min_st = std::min(want, 2);
+      for (int pad = 1; pad >= 0 && !done; --pad)
+        for (int st = want; st >= min_st && !done; --st)
           if (try_alloc(st, pad, budget, bufs)) {
             s_.pipeline_stages = st;
             done = true;
           }
+      for (int pad = 1; pad >= 0 && !done && min_st > 1; --pad)
+        if (try_alloc(1, pad, budget, bufs)) {
+          s_.pipeline_stages = 1;
+          done = true;
+        }
     }
     // Still too big: move the largest stored non-input tiles to the workspace.
     while (!done) {
@@ -1038,6 +1056,24 @@ class BlockPlanner {
       if (tp(i).home == TileHome::Registers) {
         regs += tp(i).dist.slots(T_) * (op(i).kind == OpKind::AccumRescale ? 2 : 1);
       }
+    // Hoisted A fragments (MmaPlan::a_hoisted): at most 32 registers, and the estimate with
+    // them at most 128, so that the kernel keeps its occupancy (ptxas adds ~90 registers of
+    // addressing and temporaries to the estimate on the attention graphs).
+    int budget = std::min(32, 128 - regs);
+    for (int i = 0; i < n_; ++i) {
+      MmaPlan& p = tp(i).mma;
+      if (cls(i) != OpClass::Matmul || !p.use || !p.a_ldmatrix || op(i).stage != Stage::Loop)
+        continue;
+      int leaf = resolve_operand(op(i).inputs[0]).leaf;
+      const Distribution* d = mma_distribution(s_, i);
+      if (cls(leaf) != OpClass::Input || op(leaf).stage == Stage::Loop || !d) continue;
+      int64_t kst = ceil_div(op(op(i).inputs[0]).shape.back(), 16);
+      int r = static_cast<int>(d->bw * ceil_div(kst, d->ks) * d->mtw * 4);
+      if (r > budget) continue;
+      p.a_hoisted = true;
+      budget -= r;
+      regs += r;
+    }
     s_.regs_estimate = regs;
   }
 
@@ -1664,7 +1700,8 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
       if (o.kind == OpKind::MatMul && t.home != TileHome::Inline)
         line += t.mma.use
                     ? fmt::format(" mma.sync {}{}{}{}", dtype_name(t.mma.dtype),
-                                  t.mma.a_ldmatrix                                  ? " A:ldmatrix"
+                                  t.mma.a_hoisted                                   ? " A:hoisted"
+                                  : t.mma.a_ldmatrix                                ? " A:ldmatrix"
                                   : b.tiles[o.inputs[0]].home == TileHome::Fragment ? " A:registers"
                                                                                     : " A:gather",
                                   t.mma.b_ldmatrix ? " B:ldmatrix" : " B:gather",

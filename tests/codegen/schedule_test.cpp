@@ -219,6 +219,38 @@ TEST(Schedule, AttentionKeepsPInRegisters) {
   for (const Step& st : b.steps)
     if (st.kind == StepKind::Accumulate && st.op == op_index(bg, "p")) ++chain_steps;
   EXPECT_EQ(chain_steps, 1);
+  // Q is loop-invariant: its A fragments are loaded once and stay in registers.
+  const TilePlan& qk = b.tiles[op_index(bg, "s")];
+  EXPECT_TRUE(qk.mma.a_hoisted);
+  ASSERT_NE(mma_distribution(b, op_index(bg, "s")), nullptr);
+  EXPECT_EQ(*mma_distribution(b, op_index(bg, "s")), p.dist);
+  EXPECT_FALSE(pv.mma.a_hoisted);  // P changes every iteration
+  EXPECT_LE(b.regs_estimate, 128);
+}
+
+// Tiles read by ldmatrix keep their padded row pitch (no 8-way bank conflicts) even where that
+// costs a ring stage: four blocks per SM fit three unpadded stages but only two padded ones.
+TEST(Schedule, LdmatrixTilesKeepPaddingOverRingDepth) {
+  KernelGraph g =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/gqa_bs16_split4.mugraph.json");
+  Schedule s = plan_schedule(g, default_target());
+  const BlockSchedule& b = *s.kernels[0].block;
+  const BlockGraph& bg = b.retiled ? *b.retiled : *g.ops[0].block;
+  EXPECT_GE(b.pipeline_stages, 2);
+  int checked = 0;
+  for (size_t i = 0; i < bg.ops.size(); ++i) {
+    if (bg.ops[i].kind != OpKind::MatMul || !b.tiles[i].mma.use) continue;
+    for (int side = 0; side < 2; ++side) {
+      bool ldm = side == 0 ? b.tiles[i].mma.a_ldmatrix : b.tiles[i].mma.b_ldmatrix;
+      int leaf = bg.ops[i].inputs[side];
+      if (!ldm || bg.ops[leaf].kind != OpKind::Input) continue;
+      const TilePlan& t = b.tiles[leaf];
+      int64_t pitch_bytes = t.strides[t.strides.size() - 2] * 2;
+      EXPECT_NE(pitch_bytes % 128, 0) << bg.ops[leaf].name << " pitch " << pitch_bytes;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);  // Q, K and V
 }
 
 // A block-wide sum of one long row uses every warp of the block.

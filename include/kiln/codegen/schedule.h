@@ -65,6 +65,9 @@ struct MmaPlan {
   bool a_trans = false;  // A is read as a transposed view (ldmatrix.trans)
   bool b_nk = false;     // B is read as a transposed view (N x K rows, plain ldmatrix)
   bool lossy = false;    // a float32 operand is rounded to `dtype`
+  // A loop matmul whose A operand is a loop-invariant tile read by ldmatrix: its A fragments are
+  // loaded once before the loop and stay in registers (when they fit the register allowance).
+  bool a_hoisted = false;
 };
 
 struct TilePlan {
@@ -132,6 +135,11 @@ struct BlockSchedule {
   int barriers_per_iteration = 0;
   std::vector<std::string> notes;
 };
+
+// The warp partition tensor-core matmul `mm` runs in: its own when it is computed in its own
+// step (Feed), else that of the step it is the root of (an Smem tile's or a fragment chain's);
+// nullptr when it does not run on tensor cores.
+const Distribution* mma_distribution(const BlockSchedule& s, int mm);
 
 // How one kernel-graph op runs.
 struct KernelPlan {
