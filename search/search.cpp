@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -460,9 +461,26 @@ class BranchRunner {
     std::stable_sort(all.begin(), all.end(),
                      [](const Choice& a, const Choice& b) { return a.time < b.time; });
     if (cfg_.enumerate) enumerate_group(grp, io, scheds, r.state, all);
-    if (static_cast<int>(all.size()) > cfg_.beam) all.resize(cfg_.beam);
-    r.kept = std::move(all);
+    r.kept = keep_distinct(std::move(all));
     return memo_.emplace(grp, std::move(r)).first->second;
+  }
+
+  // The beam: the cheapest choice of each shape (blocks, threads, iterations; predefined kernels
+  // are one shape), cheapest first, at most cfg_.beam. Choices of one shape differ in details
+  // the model barely sees (which grid dim splits what, loop order); the profiler tells shapes
+  // apart far better than the model, so the beam spends its slots on different shapes.
+  std::vector<Choice> keep_distinct(std::vector<Choice> all) const {
+    std::vector<Choice> kept;
+    std::set<std::tuple<int64_t, int, int64_t>> shapes;
+    for (Choice& c : all) {
+      if (static_cast<int>(kept.size()) >= cfg_.beam) break;
+      auto shape = c.kernel.block ? std::make_tuple(c.kernel.block->num_blocks(),
+                                                    c.kernel.block->block_threads,
+                                                    c.kernel.block->num_iterations())
+                                  : std::make_tuple(int64_t{-1}, -1, int64_t{-1});
+      if (shapes.insert(shape).second) kept.push_back(std::move(c));
+    }
+    return kept;
   }
 
   void run_partition(const Partition& p) {
@@ -479,12 +497,13 @@ class BranchRunner {
       }
       rs.push_back(&r);
     }
-    // The cheapest choice for every group, then each group's runner-up with the others cheapest.
+    // The cheapest choice for every group, then each other kept choice of a group with the
+    // others cheapest.
     std::vector<std::vector<int>> picks{std::vector<int>(rs.size(), 0)};
     for (size_t i = 0; i < rs.size(); ++i)
-      if (rs[i]->kept.size() > 1) {
+      for (size_t j = 1; j < rs[i]->kept.size(); ++j) {
         std::vector<int> alt(rs.size(), 0);
-        alt[i] = 1;
+        alt[i] = static_cast<int>(j);
         picks.push_back(alt);
       }
     for (const auto& pick : picks) {
@@ -549,6 +568,19 @@ void merge_stats(SearchStats& into, const SearchStats& s) {
 }
 
 }  // namespace
+
+std::vector<int64_t> launch_shape(const Candidate& c) {
+  std::vector<int64_t> shape{c.cost.launches};
+  const KernelCost* slow = nullptr;
+  for (const KernelCost& k : c.cost.kernels)
+    if (!slow || k.time > slow->time) slow = &k;
+  if (!slow) return shape;
+  int threads = 0;
+  for (const KernelOp& k : c.graph.ops)
+    if (k.name == slow->name && k.block) threads = k.block->block_threads;
+  shape.insert(shape.end(), {slow->graph_defined ? 1 : 0, slow->blocks, slow->iterations, threads});
+  return shape;
+}
 
 SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, TraceWriter* trace,
                         const ProgressFn& progress) {
@@ -664,6 +696,21 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     if (a.cost.launches != b.cost.launches) return a.cost.launches < b.cost.launches;
     return a.fingerprint < b.fingerprint;
   });
+  // The cheapest candidate of each shape first, the rest after them in cost order. A shape is
+  // the number of launches and the blocks, threads and iterations (as the emitter runs them,
+  // after loop re-tiling) of the kernel the model finds slowest: candidates of one shape differ
+  // in details the model barely sees (often not at all once re-tiled, or only in a cheap
+  // follow-up kernel), so the verified top-K that the profiler measures spans shapes.
+  {
+    std::set<std::vector<int64_t>> shapes;
+    std::vector<Candidate> firsts, rest;
+    for (Candidate& c : uniq) {
+      std::vector<int64_t> shape = launch_shape(c);
+      (shapes.insert(shape).second || c.is_spec ? firsts : rest).push_back(std::move(c));
+    }
+    uniq = std::move(firsts);
+    for (Candidate& c : rest) uniq.push_back(std::move(c));
+  }
 
   // Verification events belong to the candidate's state (same id, same parent).
   std::map<int64_t, int64_t> parent_of;

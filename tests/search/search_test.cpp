@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "search_test_util.h"
 
 namespace kiln::search {
@@ -28,8 +30,30 @@ TEST(Search, FindsOneFusedVerifiedKernelForGatedMlp) {
   EXPECT_TRUE(b.verified) << b.verdict;
   EXPECT_EQ(b.graph.num_kernels(), 1);
   EXPECT_GT(r.stats.lowered, 0);
-  for (size_t i = 1; i < r.ranked.size(); ++i)
-    EXPECT_LE(r.ranked[i - 1].cost.time, r.ranked[i].cost.time);
+}
+
+// The ranking: the model's cheapest first; then every launch shape's cheapest before any repeat
+// of a shape, each part in cost order.
+TEST(Search, RanksEachShapesCheapestFirst) {
+  SearchConfig c = small_config();
+  c.top_k = 8;
+  c.schedules.block_threads = {128, 256};
+  SearchResult r = run_search(testing::small_gated_mlp(), c);
+  ASSERT_GE(r.ranked.size(), 3u);
+  for (const Candidate& x : r.ranked) EXPECT_GE(x.cost.time, r.best().cost.time);
+  std::set<std::vector<int64_t>> seen;
+  bool repeats = false;
+  double last = 0;
+  std::set<std::vector<int64_t>> shapes;
+  for (const Candidate& x : r.ranked) {
+    bool fresh = seen.insert(launch_shape(x)).second || x.is_spec;
+    if (fresh && !x.is_spec) EXPECT_FALSE(repeats) << "a new shape after a repeated one";
+    if (!fresh && !repeats) repeats = true, last = 0;
+    if (!x.is_spec) EXPECT_GE(x.cost.time, last);
+    if (!x.is_spec) last = x.cost.time;
+    shapes.insert(launch_shape(x));
+  }
+  EXPECT_GE(shapes.size(), 2u);
 }
 
 TEST(Search, HoistsTheNormOutOfTheMatmul) {

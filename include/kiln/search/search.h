@@ -5,9 +5,10 @@
 // scheduling), and within each variant its partitions into kernels and each group's schedules.
 // Every lowered block graph is pruned by abstract expressions (prune.h: each tile's expression
 // must be a subexpression of the spec's outputs), costed (cost_model.h) and only the `beam`
-// cheapest schedules of each group are kept. Complete candidates are ranked by modeled time and
-// verified (finite-field verifier) in rank order until top_k pass; a candidate is ranked only
-// once verified, and the winner also passes the float check. The spec itself is always a
+// cheapest schedules of distinct shapes of each group are kept. Complete candidates are ranked
+// by modeled time, the cheapest of each shape (launch_shape) first, and verified
+// (finite-field verifier) in rank order until top_k pass; a candidate is ranked only once
+// verified, and the winner also passes the float check. The spec itself is always a
 // candidate, so a search never ends with nothing. It ends with a typed stop reason.
 #pragma once
 
@@ -46,7 +47,7 @@ struct SearchConfig {
   int top_k = 5;           // verified candidates to rank
   int max_kernels = 4;     // kernels per candidate (ops per kernel level)
   int max_block_ops = 64;  // block ops per block graph (ops per block level)
-  int beam = 3;            // cheapest schedules kept per group
+  int beam = 8;            // cheapest schedules kept per group
   VariantOptions variants;
   ScheduleOptions schedules;
   // Op-by-op block-graph enumeration (enumerate.h) next to the lowering: per group, on the
@@ -96,10 +97,16 @@ struct Candidate {
   int64_t state = -1;   // trace id
 };
 
+// What the profiler tells apart and the model barely does: the number of launches and the
+// blocks, threads and iterations (after loop re-tiling) of the kernel the model finds slowest.
+std::vector<int64_t> launch_shape(const Candidate& c);
+
 struct SearchResult {
   StopReason stop = StopReason::Exhausted;
   SearchStats stats;
-  std::vector<Candidate> ranked;    // verified, cheapest first; never empty
+  // Verified; never empty. The cheapest of each launch shape in cost order, then the others in
+  // cost order (best() is the model's cheapest).
+  std::vector<Candidate> ranked;
   std::vector<Candidate> rejected;  // failed the verifier or the float check
   bool from_cache = false;
   const Candidate& best() const { return ranked.front(); }
