@@ -35,6 +35,27 @@ TEST(CostModel, WeightStreamingIsDramBoundNearTheFloor) {
   EXPECT_LT(c.time, 22e-6);
 }
 
+// Attention keeps S and P in mma fragments: its shared-memory traffic is that of the input tiles
+// alone (written once, read by their uses), and every load crosses L2 -> SM, DRAM misses too.
+TEST(CostModel, RegisterResidentTilesCostNoSharedMemory) {
+  KernelGraph g = example("gqa.mugraph.json");
+  GraphCost c = estimate_cost(g, default_target());
+  ASSERT_GE(c.kernels.size(), 1u);
+  const KernelCost& k = c.kernels[0];
+  const BlockGraph& bg = *g.ops[0].block;
+  double inputs = 0;
+  for (const BlockOp& o : bg.ops)
+    if (o.kind == OpKind::Input) {
+      double mult = double(k.blocks) * (o.stage == Stage::Loop ? double(k.iterations) : 1.0);
+      int uses = 0;
+      for (const BlockOp& x : bg.ops)
+        for (int in : x.inputs) uses += bg.ops[in].name == o.name;
+      inputs += double(numel(o.shape)) * dtype_bytes(bg.inputs[o.io].dtype) * (1 + uses) * mult;
+    }
+  EXPECT_NEAR(k.smem_bytes, inputs, 1.0);
+  EXPECT_GE(k.t_l2, k.dram_read / cost_constants(Arch::Sm90a).l2_bytes_per_s / 1.0001);
+}
+
 TEST(CostModel, EveryLaunchCosts) {
   GraphCost one = estimate_cost(testing::small_matmul(), default_target());
   EXPECT_GE(one.time, default_target().launch_s);

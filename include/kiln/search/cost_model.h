@@ -24,7 +24,7 @@ namespace kiln::search {
 
 // Model constants that the target description does not carry (docs/cost-model.md).
 struct CostConstants {
-  double l2_bytes_per_s;               // L2 -> SM bandwidth for re-read tiles
+  double l2_bytes_per_s;               // L2 -> SM bandwidth (every load, hit or miss)
   double smem_bytes_per_s;             // aggregate shared-memory bandwidth
   double dram_saturation = 0.6;        // fraction of SMs that must be busy to saturate DRAM
   double fixed_s = 0.8e-6;             // per-kernel latency: first loads, epilogue, drain
@@ -35,7 +35,7 @@ struct CostConstants {
   double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
   double row_efficiency = 0.85;        // elementwise, gather and row-reduction kernels (fitted)
   int dram_granule = 64;               // bytes fetched per DRAM access (a sector)
-  double run_overhead = 16;            // DRAM bytes lost per contiguous run (fitted)
+  double run_overhead = 8;             // DRAM bytes lost per contiguous run (fitted)
   double l2_capacity = 50e6;           // L2 bytes: larger tensors stream through it
   double l2_miss = 0.33;  // re-reads by other blocks of a tensor larger than L2 that miss (fitted)
 };
