@@ -44,7 +44,8 @@ for s in "${SPECS[@]}"; do
 done
 python3 "$ROOT/scripts/profile_table.py" "$WORK" > "$OUTDIR/suite.tsv"
 (cd "$WORK" && tar -czf "$OUTDIR/suite.tgz" --exclude='*/profile/*/harness' --exclude='*.cu' \
-  device.txt ./*.log ./*/report.json ./*/profile/*/*.log 2>/dev/null)
+  device.txt ./*.log ./*/report.json ./*/*.mugraph.json ./*/candidates/*.json ./*/profile/*/*.log \
+  2>/dev/null)
 column -t -s $'\t' "$OUTDIR/suite.tsv" 2>/dev/null || cat "$OUTDIR/suite.tsv"
 if [ "$BASE" = 1 ]; then
   python3 "$ROOT/.devrun/pack/torch_baselines.py" --json "$OUTDIR/torch_baselines.json" 2>&1 |

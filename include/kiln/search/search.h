@@ -97,8 +97,9 @@ struct Candidate {
   int64_t state = -1;   // trace id
 };
 
-// What the profiler tells apart and the model barely does: the number of launches and the
-// blocks, threads and iterations (after loop re-tiling) of the kernel the model finds slowest.
+// What the profiler tells apart and the model barely does: the grid, threads and iterations
+// (after loop re-tiling) of the kernel the model finds slowest. Candidates that differ only in
+// cheaper kernels (a follow-up reduction split differently) share a shape.
 std::vector<int64_t> launch_shape(const Candidate& c);
 
 struct SearchResult {
