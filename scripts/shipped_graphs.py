@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The μGraph each spec shipped in a profiled suite run, for scripts/sanitize_winners.sh.
 
-RUN/<case>/report.json (scripts/bench_suite.sh) names the measured winner by fingerprint; the
-graphs themselves are not kept there, so REGEN/<case> must hold `kiln optimize --no-profile --top 6`
-of the same binary (deterministic: same ranking, same fingerprints). Writes DEST/<case>.mugraph.json:
+RUN/<case>/report.json (scripts/bench_suite.sh) names the measured winner by fingerprint, and
+REGEN/<case> must hold the ranked candidates (report.json and candidates/): since bench_suite.sh
+keeps them in its tarball, REGEN is RUN itself; for an older run, `kiln optimize --no-profile
+--top K` of the same binary regenerates them (deterministic: same ranking, same fingerprints). Writes DEST/<case>.mugraph.json:
 the regenerated candidate, or the spec itself where the spec's own kernels won (its fingerprint is
 not among the ranked candidates).
 
