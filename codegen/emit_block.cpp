@@ -544,15 +544,7 @@ class BlockEmitter {
         for (int a : accs) quad_pending_.push_back({a, dr});
       c_->f("// {} = {} of {} over its last dim, from the fragments", nm(c), op_name(op(c).kind),
             nm(p));
-      c_->open("{");
-      emit_warp_coords(dr);
-      c_->open(fmt::format("if (warp < {}) {{", dr.wb * dr.wm));
-      c_->line("#pragma unroll");
-      c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", dr.bw));
-      c_->line("#pragma unroll");
-      c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", dr.mtw));
-      c_->line("#pragma unroll");
-      c_->open("for (int h = 0; h < 2; ++h) {");
+      open_row_half_loops(dr);
       c_->f("float rs = {};", is_max ? "-__int_as_float(0x7f800000)" : "0.0f");
       c_->line("#pragma unroll");
       c_->open(fmt::format("for (int jn = 0; jn < {}; ++jn) {{", d.ntw));
@@ -570,11 +562,7 @@ class BlockEmitter {
         else
           c_->f("{} += rs;", acc);
       }
-      c_->close();
-      c_->close();
-      c_->close();
-      c_->close();
-      c_->close();
+      for (int k = 0; k < kRowHalfScopes; ++k) c_->close();
     }
     c_->close();
   }
@@ -928,18 +916,7 @@ class BlockEmitter {
           d.bw, d.mtw, d.ntw, frag);
     }
     c_->f("// {} on tensor cores ({}), {}", o.name, T, d.str());
-    c_->open("{");
-    emit_warp_coords(d);
-    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int kk = 0; kk < {}; ++kk) {{", kstw));
-    c_->f("const int k0 = (wk * {} + kk) * 16;", kstw);
-    c_->open(fmt::format("if (k0 < {}) {{", K));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
-    c_->f("const int b = wb * {} + bi;", d.bw);
-    c_->open(fmt::format("if (b < {}) {{", d.batch));
-    std::vector<std::string> bidx = unravel(*c_, "b", ob, "bb");
+    std::vector<std::string> bidx = open_kstep_loops(d, kstw, K, ob);
     c_->f("kiln::rt::FragA fa[{}];", d.mtw);
     c_->f("kiln::rt::FragB fb[{}];", d.ntw);
     // A fragments.
@@ -1005,12 +982,28 @@ class BlockEmitter {
         d.mtw, MT, d.ntw, NT, T, frag);
     c_->close();
     c_->close();
-    c_->close();  // b < batch
-    c_->close();  // bi
-    c_->close();  // k0 < K
-    c_->close();  // kk
-    c_->close();  // warp
-    c_->close();
+    for (int k = 0; k < kKstepScopes; ++k) c_->close();  // b, bi, k0, kk, warp, block
+  }
+
+  // Opens, for the warps of partition d, the loops over a warp's k steps (kstw of 16, below K)
+  // and its batch slots, down to the body of one (kk, bi) with k0 and b set: kKstepScopes
+  // scopes that the caller closes. Returns the index variables of batch slot b in `ob`.
+  static constexpr int kKstepScopes = 6;
+  std::vector<std::string> open_kstep_loops(const Distribution& d, int64_t kstw, int64_t K,
+                                            const Shape& ob) {
+    c_->open("{");
+    emit_warp_coords(d);
+    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int kk = 0; kk < {}; ++kk) {{", kstw));
+    c_->f("const int k0 = (wk * {} + kk) * 16;", kstw);
+    c_->open(fmt::format("if (k0 < {}) {{", K));
+    c_->line("#pragma unroll");
+    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
+    c_->f("const int b = wb * {} + bi;", d.bw);
+    c_->open(fmt::format("if (b < {}) {{", d.batch));
+    std::vector<std::string> bidx = unravel(*c_, "b", ob, "bb");
+    return bidx;
   }
 
   // ldmatrix of the A fragment of matmul `mm` at (m0, k0) into `dst`, from its stored leaf.
@@ -1035,24 +1028,13 @@ class BlockEmitter {
     c_->f("// {}'s A fragments: {} is loop-invariant, loaded once into registers", o.name,
           nm(oa.leaf));
     c_->f("kiln::rt::FragA ha_{}[{}][{}][{}];", o.name, d.bw, kstw, d.mtw);
-    c_->open("{");
-    emit_warp_coords(d);
-    c_->open(fmt::format("if (warp < {}) {{", d.wb * d.wm * d.wn * d.ks));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int kk = 0; kk < {}; ++kk) {{", kstw));
-    c_->f("const int k0 = (wk * {} + kk) * 16;", kstw);
-    c_->open(fmt::format("if (k0 < {}) {{", K));
-    c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int bi = 0; bi < {}; ++bi) {{", d.bw));
-    c_->f("const int b = wb * {} + bi;", d.bw);
-    c_->open(fmt::format("if (b < {}) {{", d.batch));
-    std::vector<std::string> bidx = unravel(*c_, "b", ob, "bb");
+    std::vector<std::string> bidx = open_kstep_loops(d, kstw, K, ob);
     c_->line("#pragma unroll");
     c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", d.mtw));
     c_->f("const int m0 = (wm * {} + i) * 16;", d.mtw);
     c_->open(fmt::format("if (m0 < {}) {{", M));
     ldmatrix_a(mm, oa, M, bidx, fmt::format("ha_{}[bi][kk][i]", o.name));
-    for (int k = 0; k < 8; ++k) c_->close();
+    for (int k = 0; k < kKstepScopes + 2; ++k) c_->close();
   }
 
   // The quad shuffle a fragment-row reduction deferred to after the loop (emit_fragment_chain):
@@ -1061,6 +1043,17 @@ class BlockEmitter {
     bool is_max = op(a).kind == OpKind::AccumMax;
     c_->f("// {}: the quad {} its fragment rows deferred from the loop", nm(a),
           is_max ? "maximum of" : "sum of");
+    open_row_half_loops(dr);
+    c_->f("acc_{0}[bi][i][0].x[2 * h] = kiln::cg::group_{1}<4>(acc_{0}[bi][i][0].x[2 * h]);", nm(a),
+          is_max ? "max" : "sum");
+    for (int k = 0; k < kRowHalfScopes; ++k) c_->close();
+  }
+
+  // Opens, for the warps of a row-reduction partition dr (n = 1), the loops over its batch
+  // slots, m16 tiles and the two row halves h of a fragment (rows g and g + 8): kRowHalfScopes
+  // scopes that the caller closes.
+  static constexpr int kRowHalfScopes = 5;
+  void open_row_half_loops(const Distribution& dr) {
     c_->open("{");
     emit_warp_coords(dr);
     c_->open(fmt::format("if (warp < {}) {{", dr.wb * dr.wm));
@@ -1070,9 +1063,6 @@ class BlockEmitter {
     c_->open(fmt::format("for (int i = 0; i < {}; ++i) {{", dr.mtw));
     c_->line("#pragma unroll");
     c_->open("for (int h = 0; h < 2; ++h) {");
-    c_->f("acc_{0}[bi][i][0].x[2 * h] = kiln::cg::group_{1}<4>(acc_{0}[bi][i][0].x[2 * h]);", nm(a),
-          is_max ? "max" : "sum");
-    for (int k = 0; k < 5; ++k) c_->close();
   }
 
   void emit_warp_coords(const Distribution& d) {
