@@ -228,6 +228,26 @@ TEST(Schedule, AttentionKeepsPInRegisters) {
   EXPECT_LE(b.regs_estimate, 128);
 }
 
+// A product whose every 4-warp partition needs more than 64 fragment floats per thread still
+// runs on tensor cores (up to 128): the FMA fallback ran such attention steps 5-15x slower.
+TEST(Schedule, LargeProductsStayOnTensorCores) {
+  KernelGraph g =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/gqa_bs16_keys128.mugraph.json");
+  Schedule s = plan_schedule(g, default_target());
+  const BlockSchedule& b = *s.kernels[0].block;
+  const BlockGraph& bg = b.retiled ? *b.retiled : *g.ops[0].block;
+  int matmuls = 0;
+  for (size_t i = 0; i < bg.ops.size(); ++i)
+    if (bg.ops[i].kind == OpKind::MatMul) {
+      ++matmuls;
+      EXPECT_TRUE(b.tiles[i].mma.use) << bg.ops[i].name;
+      const Distribution* d = mma_distribution(b, static_cast<int>(i));
+      ASSERT_NE(d, nullptr) << bg.ops[i].name;
+      EXPECT_LE(d->bw * d->mtw * d->ntw * 4, 128) << bg.ops[i].name;
+    }
+  EXPECT_EQ(matmuls, 2);
+}
+
 // Tiles read by ldmatrix keep their padded row pitch (no 8-way bank conflicts) even where that
 // costs a ring stage: four blocks per SM fit three unpadded stages but only two padded ones.
 TEST(Schedule, LdmatrixTilesKeepPaddingOverRingDepth) {
