@@ -534,12 +534,16 @@ class BlockEmitter {
       }
       const Distribution& dr = tp(c).dist;
       bool is_max = op(c).kind == OpKind::Max;
-      // A reduction read by accumulators only finishes its quad shuffle once, after the loop:
-      // each lane folds its own columns every iteration (sums and maxima regroup exactly).
+      // A reduction read only by accumulators of its own kind (sum or mean into accum_sum, max
+      // into accum_max) finishes its quad shuffle once, after the loop: each lane folds its own
+      // columns every iteration, and sums of sums (maxima of maxima) regroup exactly. A sum of
+      // per-iteration maxima does not, so mixed kinds shuffle every iteration.
       bool defer = true;
       for (size_t k = 0; k < bg_.ops.size(); ++k)
         for (int in : op(k).inputs)
-          if (in == c && cls(k) != OpClass::Accum) defer = false;
+          if (in == c && (cls(k) != OpClass::Accum ||
+                          op(k).kind != (is_max ? OpKind::AccumMax : OpKind::AccumSum)))
+            defer = false;
       if (defer)
         for (int a : accs) quad_pending_.push_back({a, dr});
       c_->f("// {} = {} of {} over its last dim, from the fragments", nm(c), op_name(op(c).kind),
