@@ -1415,9 +1415,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
   std::set<int> is_input(g.inputs.begin(), g.inputs.end());
   std::vector<int> consumers(nt, 0);  // reading ops per tensor (an op reading twice counts once)
   for (const KernelOp& k : g.ops)
-    for (size_t i = 0; i < k.inputs.size(); ++i)
-      if (std::find(k.inputs.begin(), k.inputs.begin() + i, k.inputs[i]) == k.inputs.begin() + i)
-        consumers[k.inputs[i]]++;
+    for (int in : std::set<int>(k.inputs.begin(), k.inputs.end())) consumers[in]++;
   // Constants are folded into predefined consumers; they are materialized only when a
   // graph-defined op reads them or they are outputs.
   std::vector<bool> need_store(nt, false);

@@ -228,14 +228,24 @@ TEST(Schedule, AttentionKeepsPInRegisters) {
   EXPECT_LE(b.regs_estimate, 128);
 }
 
+// A μGraph of tests/data planned for the default target: its first kernel's block schedule and
+// the block graph that schedule describes (re-tiled or not).
+struct PlannedDataGraph {
+  KernelGraph g;
+  Schedule s;
+  explicit PlannedDataGraph(const std::string& name)
+      : g(load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/" + name)),
+        s(plan_schedule(g, default_target())) {}
+  const BlockSchedule& b() const { return *s.kernels[0].block; }
+  const BlockGraph& bg() const { return b().retiled ? *b().retiled : *g.ops[0].block; }
+};
+
 // A product whose every 4-warp partition needs more than 64 fragment floats per thread still
 // runs on tensor cores (up to 128): the FMA fallback ran such attention steps 5-15x slower.
 TEST(Schedule, LargeProductsStayOnTensorCores) {
-  KernelGraph g =
-      load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/gqa_bs16_keys128.mugraph.json");
-  Schedule s = plan_schedule(g, default_target());
-  const BlockSchedule& b = *s.kernels[0].block;
-  const BlockGraph& bg = b.retiled ? *b.retiled : *g.ops[0].block;
+  PlannedDataGraph pg("gqa_bs16_keys128.mugraph.json");
+  const BlockSchedule& b = pg.b();
+  const BlockGraph& bg = pg.bg();
   int matmuls = 0;
   for (size_t i = 0; i < bg.ops.size(); ++i)
     if (bg.ops[i].kind == OpKind::MatMul) {
@@ -251,11 +261,9 @@ TEST(Schedule, LargeProductsStayOnTensorCores) {
 // Tiles read by ldmatrix keep their padded row pitch (no 8-way bank conflicts) even where that
 // costs a ring stage: four blocks per SM fit three unpadded stages but only two padded ones.
 TEST(Schedule, LdmatrixTilesKeepPaddingOverRingDepth) {
-  KernelGraph g =
-      load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/gqa_bs16_split4.mugraph.json");
-  Schedule s = plan_schedule(g, default_target());
-  const BlockSchedule& b = *s.kernels[0].block;
-  const BlockGraph& bg = b.retiled ? *b.retiled : *g.ops[0].block;
+  PlannedDataGraph pg("gqa_bs16_split4.mugraph.json");
+  const BlockSchedule& b = pg.b();
+  const BlockGraph& bg = pg.bg();
   EXPECT_GE(b.pipeline_stages, 2);
   int checked = 0;
   for (size_t i = 0; i < bg.ops.size(); ++i) {
