@@ -83,6 +83,24 @@ inline cudaError_t raise_smem_limit_once(int bytes) {
   if (e == cudaSuccess) done = true;
   return e;
 }
+
+// cudaSuccess when the current device can run sm_90a code (wgmma, TMA, setmaxnreg), else
+// cudaErrorInvalidDeviceFunction: the launchers of those kernels return it instead of launching
+// code that would trap. One query per process (one GPU per process assumed).
+inline cudaError_t require_sm90() {
+  static int major = -1;
+  if (major < 0) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess) {
+      major = -1;
+      return e;
+    }
+  }
+  return major >= 9 ? cudaSuccess : cudaErrorInvalidDeviceFunction;
+}
 #endif  // __CUDACC_RTC__
 
 }  // namespace rt

@@ -37,6 +37,7 @@
 #endif
 #ifndef KILN_RT_WGMMA_CUH
 #include "wgmma.cuh"
+#include "attention.cuh"
 #endif
 #ifndef KILN_RT_GEMV_CUH
 #include "gemv.cuh"
