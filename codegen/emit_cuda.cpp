@@ -3,6 +3,7 @@
 // softmax and rms_norm, tensor-core GEMM/GEMV or an FMA matmul); graph-defined ops get the
 // kernel emit_block.cpp writes from their block graph. The launch function places every tensor
 // (arguments, or the workspace for intermediates) and enqueues the kernels in graph order.
+#include <array>
 #include <set>
 
 #include "emit_internal.h"
@@ -528,9 +529,122 @@ void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   L.close();
 }
 
+// sum_g coef[g] * g over the block graph's grid indices (b0, b1, b2), as C++.
+std::string affine(const std::array<int64_t, 3>& coef, int dims) {
+  std::string e;
+  for (int g = 0; g < dims; ++g)
+    if (coef[g] != 0) e += fmt::format("{}{}ll * b{}", e.empty() ? "" : " + ", coef[g], g);
+  return e.empty() ? "0" : e;
+}
+
+// A graph-defined op that is attention's two-contraction chain (attention.h): a functor with the
+// box coordinates, the elementwise map, the row feeds and the savers, and a launch of the
+// runtime's attention kernel on (blocks x mt / 64) CTAs of 64 rows.
+void emit_attention(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
+  const AttentionPlan& a = *kp.attention;
+  const std::string fn = "AttnFn_" + kp.kernel;
+  const int dims = static_cast<int>(a.grid.size());
+  const int64_t sub = a.mt / 64;
+  const int R = std::max(1, a.rows);
+  Code& K = x.kernels;
+  K.f("// {}: {}", kp.kernel, kp.strategy);
+  K.open(fmt::format("struct {} {{", fn));
+  K.f("static constexpr int kRows = {};", a.rows);
+  for (size_t i = 0; i < a.stores.size(); ++i) K.f("{}* out{};", ctype(a.stores[i].dtype), i);
+  // CTA (bx, by, bz) is sub-tile bx % sub of graph block (bx / sub, by, bz).
+  auto block_index = [&]() {
+    K.f("const int64_t b0 = bx / {0}, b1 = by, b2 = bz, sub = bx % {0};", sub);
+    K.line("(void)b0; (void)b1; (void)b2; (void)sub;");
+  };
+  K.open("__device__ __forceinline__ kiln::rt::AttnCoords coords(int bx, int by, int bz) const {");
+  block_index();
+  K.line("kiln::rt::AttnCoords c;");
+  K.f("c.a_row = int({} + sub * 64);", affine(a.q.row_coef, dims));
+  K.f("c.a_col = int({});", affine(a.q.col_coef, dims));
+  K.f("c.k_row = int({});", affine(a.k.row_coef, dims));
+  K.f("c.k_col = int({});", affine(a.k.col_coef, dims));
+  K.f("c.v_row = int({});", affine(a.v.row_coef, dims));
+  K.f("c.v_col = int({});", affine(a.v.col_coef, dims));
+  K.line("return c;");
+  K.close();
+  K.open(fmt::format("__device__ __forceinline__ float elem(float s, float (&r)[{}]) const {{", R));
+  K.line("(void)r;");
+  for (const std::string& st : a.elem_statements) K.line(st);
+  for (int j = 0; j < a.rows; ++j) K.f("r[{}] += {};", j, a.feeds[j]);
+  K.f("return {};", a.p);
+  K.close();
+  K.open(fmt::format(
+      "__device__ __forceinline__ void store2(int bx, int by, int bz, int m, int n, float o0, "
+      "float o1, const float (&r)[{}]) const {{",
+      R));
+  K.line("(void)r; (void)n; (void)o0; (void)o1;");
+  block_index();
+  K.line("const int64_t row = m + sub * 64;");
+  for (size_t i = 0; i < a.stores.size(); ++i) {
+    const AttentionStore& st = a.stores[i];
+    if (st.row) continue;
+    K.open("{");
+    K.open("auto f = [&](float o) {");
+    K.line("(void)o;");
+    for (const std::string& l : st.statements) K.line(l);
+    K.f("return {};", st.result);
+    K.close("};");
+    K.f("{}* p = out{} + ({} + row * {}ll + n);", ctype(st.dtype), i, affine(st.base_coef, dims),
+        st.ld);
+    if (st.dtype == DType::F32)
+      K.line("*reinterpret_cast<float2*>(p) = make_float2(f(o0), f(o1));");
+    else
+      K.f("*reinterpret_cast<uint32_t*>(p) = kiln::rt::pack2<{}>(f(o0), f(o1));", ctype(st.dtype));
+    K.close();
+  }
+  K.close();
+  K.open(fmt::format(
+      "__device__ __forceinline__ void store_row(int bx, int by, int bz, int m, const float "
+      "(&r)[{}]) const {{",
+      R));
+  K.line("(void)r;");
+  block_index();
+  K.line("const int64_t row = m + sub * 64;");
+  for (size_t i = 0; i < a.stores.size(); ++i) {
+    const AttentionStore& st = a.stores[i];
+    if (!st.row) continue;
+    K.open("{");
+    for (const std::string& l : st.statements) K.line(l);
+    K.f("out{}[{} + row * {}ll] = kiln::rt::from_f32<{}>({});", i, affine(st.base_coef, dims),
+        st.ld, ctype(st.dtype), st.result);
+    K.close();
+  }
+  K.close();
+  K.close("};");
+  K.line("");
+
+  std::vector<std::string> outs;
+  for (const AttentionStore& st : a.stores) outs.push_back(x.ptr(op.outputs[st.io]));
+  int64_t g[3] = {1, 1, 1};
+  for (int d = 0; d < dims; ++d) g[d] = a.grid[d];
+  auto view = [](const AttentionView& v) {
+    return fmt::format("kiln::rt::AttnView{{{}ll, {}ll, {}ll}}", v.rows, v.cols, v.cols);
+  };
+  Code& L = x.launch;
+  L.open("{");
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d, a.dv,
+      kp.attn_chunk, kp.attn_stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
+      kp.attn_min_blocks);
+  L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
+  L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
+      x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),
+      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], a.keys / kp.attn_chunk);
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
 void emit_graph_defined(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   if (kp.contraction) {
     emit_contraction(x, op, kp);
+    return;
+  }
+  if (kp.attention) {
+    emit_attention(x, op, kp);
     return;
   }
   emit_block_kernel(x.g, op, kp, x.kernels);
@@ -669,7 +783,7 @@ std::string nvcc_command(const std::string& cu_path, const std::string& out, Arc
 }
 
 std::string emit_cuda(const KernelGraph& g, const EmitOptions& opt) {
-  Schedule s = plan_schedule(g, target_for(opt.arch));
+  Schedule s = plan_schedule(g, target_for(opt.arch), PlanOptions{opt.lowerings});
   return emit_cuda(g, s, opt);
 }
 

@@ -1395,7 +1395,35 @@ static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule&
   fuse_prologue(s, p, k, kp, h, store_h);
 }
 
-Schedule plan_schedule(const KernelGraph& g, const Target& t) {
+namespace {
+
+// The runtime attention kernel's configuration for a matched chain, from H100 measurements
+// (tests/gpu/attention_bench.cu, gqa shapes): one consumer warpgroup per CTA, so a graph block of
+// mt rows runs as mt / 64 CTAs (more CTAs fill the SMs better than two warpgroups sharing one
+// block); 64-key chunks; 4 stages; two CTAs per SM where shared memory and the O accumulators
+// (dv / 2 floats per thread) allow it.
+void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
+  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
+  auto smem = [&](int stages) { return q_bytes + stages * stage + 1024; };
+  kp.attn_chunk = 64;
+  kp.attn_stages = 4;
+  if (smem(4) > t.smem_per_block) kp.attn_stages = 3;
+  kp.attn_min_blocks = a.dv <= 128 && 2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block ? 2 : 1;
+  kp.smem = smem(kp.attn_stages);
+  kp.threads = 256;
+  int64_t blocks = 1;
+  for (int64_t e : a.grid) blocks *= e;
+  kp.grid = blocks * (a.mt / 64);
+  kp.strategy = fmt::format(
+      "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
+      "chunks, {} stages, {} CTA(s)/SM)",
+      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_min_blocks);
+  kp.attention = std::make_shared<const AttentionPlan>(std::move(a));
+}
+
+}  // namespace
+
+Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions& opt) {
   Schedule s;
   s.arch = t.arch;
   const int nt = static_cast<int>(g.tensors.size());
@@ -1469,15 +1497,19 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t) {
       kp.threads = op.block->block_threads;
       kp.smem = kp.block->smem_bytes;
       kp.strategy = "block graph";
-      if (auto c = match_contraction(*op.block, t)) {
+      if (!opt.lowerings) {
+        // the generic block-graph kernel only
+      } else if (auto c = match_contraction(*op.block, t)) {
         kp.contraction = std::make_shared<const ContractionPlan>(std::move(*c));
         kp.strategy =
             fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
                         kp.contraction->b.size(), kp.contraction->b.size() > 1 ? "s" : "");
         kp.grid = ceil_div(kp.contraction->m, 128) * ceil_div(kp.contraction->n, 128);
         kp.threads = 384;
+      } else if (auto a = match_attention(*op.block, t, f16, bf16)) {
+        plan_attention(kp, std::move(*a), t);
       }
-      if (!kp.contraction)
+      if (!kp.contraction && !kp.attention)
         block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     } else {
       const OpClass c = op_info(op.kind).cls;
@@ -1658,7 +1690,7 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
     }
     const BlockSchedule& b = *kp.block;
     const BlockGraph& bg = b.retiled ? *b.retiled : *op.block;
-    if (kp.contraction)
+    if (kp.contraction || kp.attention)
       out += fmt::format("kernel {}: {}, grid {} x {} threads (the block plan below is not used)\n",
                          kp.kernel, kp.strategy, kp.grid, kp.threads);
     out += fmt::format(

@@ -35,9 +35,10 @@ void check_file(const KernelGraph& g, const std::string& cu, Arch arch = Arch::S
     EXPECT_TRUE(toolkit || runtime_sibling) << h;
   }
   int blocks = 0;
-  // One shared-memory assert per block-graph kernel (contractions run the runtime's GEMM).
-  for (const KernelOp& op : g.ops)
-    blocks += op.kind == OpKind::GraphDefined && !match_contraction(*op.block, target_for(arch));
+  // One shared-memory assert per block-graph kernel (lowered contractions and attention chains
+  // run the runtime's wgmma kernels).
+  for (const KernelPlan& kp : plan_schedule(g, target_for(arch)).kernels)
+    blocks += kp.block && !kp.contraction && !kp.attention;
   size_t asserts = 0, at = 0;
   while ((at = cu.find("static_assert(kSmem_", at)) != std::string::npos) ++asserts, ++at;
   EXPECT_EQ(asserts, static_cast<size_t>(blocks));

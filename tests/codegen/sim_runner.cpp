@@ -100,6 +100,7 @@ SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inp
   EmitOptions eo;
   eo.arch = arch;
   eo.include_listing = false;
+  eo.lowerings = false;  // the simulator runs block-graph kernels, not wgmma/TMA
   std::string cu = emit_cuda(g, eo);
   std::ofstream(d / "kernel.cu") << cu;
   std::ofstream(d / "sim.cpp") << simulator_source(cu, g);

@@ -29,6 +29,7 @@ struct EmitOptions {
   std::string verdict;          // the verifier's verdict line, copied into the header comment
   std::string source;           // where the graph came from (file name), for the header comment
   bool include_listing = true;  // μGraph listing and schedule in the header comment
+  bool lowerings = true;        // PlanOptions::lowerings (the CPU simulator turns them off)
 };
 
 // Emits the .cu for g, planning its schedule for opt.arch.

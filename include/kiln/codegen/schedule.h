@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/attention.h"
 #include "kiln/codegen/contraction.h"
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/ir/target.h"
@@ -151,6 +152,11 @@ struct KernelPlan {
   // the runtime's wgmma mainloop instead of the generic block kernel (strategy "wgmma_ws
   // contraction"); `block` is still planned, for the listing and the resource rule.
   std::shared_ptr<const ContractionPlan> contraction;
+  // Graph-defined ops that are attention's two-contraction chain (attention.h): run through the
+  // runtime's TMA + wgmma attention kernel (strategy "wgmma attention"), each block of the graph
+  // as mt / 64 CTAs of one consumer warpgroup, keys in chunks of attn_chunk.
+  std::shared_ptr<const AttentionPlan> attention;
+  int attn_chunk = 64, attn_stages = 4, attn_min_blocks = 2;
   // Predefined matmul / reductions: launch parameters the emitter needs.
   int64_t grid = 0;
   int threads = 0;
@@ -185,9 +191,16 @@ struct Schedule {
 std::shared_ptr<const BlockGraph> retile_loop(const BlockGraph& bg, const Target& t,
                                               int* loop_dim = nullptr);
 
+struct PlanOptions {
+  // Run graph-defined kernels that match a runtime lowering (contraction.h, attention.h) through
+  // the runtime's wgmma kernels on sm_90a. The CPU simulator turns it off: it runs only the
+  // generic block-graph kernels.
+  bool lowerings = true;
+};
+
 // Plans every kernel of g for target t. Throws UserError(Unsupported) for what the emitter cannot
 // implement (none known), never for valid graphs.
-Schedule plan_schedule(const KernelGraph& g, const Target& t);
+Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions& opt = {});
 
 // The schedule as text: one paragraph per kernel, for the .cu header and `kiln emit --schedule`.
 std::string schedule_to_text(const KernelGraph& g, const Schedule& s);

@@ -1,0 +1,75 @@
+// Recognizing a graph-defined kernel that is attention's two-contraction chain, so that the
+// emitter can run it through the runtime's TMA + wgmma attention kernel (runtime/attention.cuh)
+// instead of the generic block-graph kernel (mma.sync, one barrier per pipeline stage).
+//
+// The match is on semantics, not on names. Per block, with Q the block's invariant input tile
+// [Mt, D], and per loop iteration K [D, Nt] and V [Nt, DV] (either may be read through a
+// transpose of a [Nt, D] / [DV, Nt] input tile), the block graph must compute
+//   S = Q K;   P = f(S) elementwise;   r_j = sum (or mean) over the keys of g_j(S)
+//   O = accum_sum(P V);   R_j = accum_sum(r_j)
+// and save elementwise functions of O and the R_j (row values broadcast along O's columns),
+// where f and g_j are elementwise expressions of S and constants, and the loop walks the keys of
+// K and V in lock step (no loop: one iteration). Every op of the graph must be one of these.
+// The lowering keeps the block graph's grid (each block's tiles, its key range and its outputs
+// are the same); within a block it walks the keys in chunks of its own size and splits the Mt
+// rows over CTAs of 64, which changes only the float summation order.
+//
+// P is rounded to the operand type for the second product, so the plan exists only where that
+// rounding is allowed (lossy_f16 / lossy_bf16 for f16 / bf16 operands: every graph output
+// downstream of the kernel is 16-bit, resp. bf16; the generic planner's rule for tensor cores on
+// float32 operands).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/block_graph.h"
+#include "kiln/ir/target.h"
+
+namespace kiln {
+
+// Where a block's tile of one input starts, as a box origin of the input's 2-D view (rows =
+// product of all dims but the last, cols = the last dim): row = sum_g row_coef[g] * g and
+// col = sum_g col_coef[g] * g over the grid index g (the loop's first iteration).
+struct AttentionView {
+  int io = -1;  // block-graph input index
+  int64_t rows = 0, cols = 0;
+  std::array<int64_t, 3> row_coef{0, 0, 0}, col_coef{0, 0, 0};
+};
+
+// One saved output: value(O at (m, n), R_j at row m) or, for a row output, value(R_j at row m),
+// stored at out + base + m * ld (+ n), base = sum_g base_coef[g] * g.
+struct AttentionStore {
+  int io = -1;       // block-graph output index
+  bool row = false;  // a [.., Mt, 1] tile: one value per row
+  DType dtype = DType::F16;
+  int64_t ld = 0;
+  std::array<int64_t, 3> base_coef{0, 0, 0};
+  std::vector<std::string> statements;  // float32 C++ over `o` and `r[j]`
+  std::string result;
+};
+
+struct AttentionPlan {
+  AttentionView q, k, v;
+  bool k_nmajor = true;  // K stored D x keys (keys contiguous); else keys x D
+  bool v_nmajor = true;  // V stored keys x DV; else DV x keys
+  DType ab = DType::F16;
+  int64_t mt = 0, d = 0, dv = 0;
+  int64_t keys = 0;                          // keys per block: loop range x keys per iteration
+  std::vector<int64_t> grid;                 // the block graph's grid (1..3 dims)
+  int rows = 0;                              // row feeds r_j
+  std::vector<std::string> elem_statements;  // float32 C++ over `s`: locals, then
+  std::string p;                             // f(s), the second product's A operand
+  std::vector<std::string> feeds;            // g_j(s), already scaled for a mean
+  std::vector<AttentionStore> stores;
+};
+
+// The plan when bg is such a chain and the target can run it (sm_90a; Q, K, V of one 16-bit type;
+// Mt a multiple of 64; D and DV multiples of 64 up to 256; keys per block a multiple of 64; the
+// inner dims of the three inputs multiples of 8 for TMA), else nullopt.
+std::optional<AttentionPlan> match_attention(const BlockGraph& bg, const Target& t, bool lossy_f16,
+                                             bool lossy_bf16);
+
+}  // namespace kiln

@@ -1,0 +1,207 @@
+// match_attention recognizes exactly the block graphs that compute attention's two-contraction
+// chain (S = Q K, P = f(S), row sums of g(S), accum_sum(P V), an elementwise epilogue), places
+// every tile where block_graph.h's offset rule puts it, and refuses everything else.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kiln/codegen/attention.h"
+#include "kiln/codegen/emit.h"
+#include "kiln/codegen/schedule.h"
+#include "kiln/ir/json_io.h"
+
+namespace kiln {
+namespace {
+
+const int64_t H = 4, M = 256, D = 64, N = 1024, DV = 64;
+
+enum class Variant {
+  Normalized,  // O = acc(P V) / acc(sum P), grid [H, M / mt, 1]
+  Partials,    // the un-normalized partials of a 4-way key split (f32), as flash decoding
+  KMajor,      // K stored [H, N, D], read through a transpose
+  Mean,        // a mean instead of a sum (the feed is scaled by 1 / keys per iteration)
+  NoLoop,      // the block's whole key range (an eighth of the keys) in one tile
+  SavesP,      // P is saved every iteration
+  MaxRows,     // a row max into accum_max
+  Mask,        // P = exp(S) * mask, a second input in the elementwise map
+  F32Out,      // the epilogue saves f32: rounding P to f16 is not allowed
+};
+
+BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
+  const bool km = v == Variant::KMajor;
+  const int64_t split = v == Variant::Partials ? 4 : v == Variant::NoLoop ? 8 : 1;
+  std::vector<TensorDesc> ins = {
+      {"Q", {H, M, d}, DType::F16},
+      km ? TensorDesc{"K", {H, N, d}, DType::F16} : TensorDesc{"K", {H, d, N}, DType::F16},
+      {"V", {H, N, DV}, DType::F16},
+      {"Mask", {H, M, N}, DType::F16}};
+  const bool loop = v != Variant::NoLoop;
+  std::vector<int64_t> lp;
+  if (loop) lp = {N / split / nt};
+  BlockGraphBuilder b({H, M / mt, split}, 128, lp, ins);
+  std::vector<int> none = loop ? std::vector<int>{-1} : std::vector<int>{};
+  int q = b.input(0, {0, 1, -1}, none);
+  int k = km ? b.input(1, {0, -1, 1}, loop ? std::vector<int>{1} : none)
+             : b.input(1, {0, -1, 2}, loop ? std::vector<int>{2} : none);
+  if (km) k = b.op(OpKind::Transpose, {k});
+  int vv = b.input(2, {0, -1, 1}, loop ? std::vector<int>{1} : none);
+  int s = b.op(OpKind::MatMul, {q, k});
+  int p = b.op(OpKind::Exp, {s});
+  if (v == Variant::Mask) {
+    int mask = b.input(3, {0, 1, 2}, loop ? std::vector<int>{2} : none);
+    p = b.op(OpKind::Mul, {p, mask});
+  }
+  Attrs rows;
+  rows.dim = 2;
+  int l = b.op(v == Variant::Mean      ? OpKind::Mean
+               : v == Variant::MaxRows ? OpKind::Max
+                                       : OpKind::Sum,
+               {p}, rows);
+  int pv = b.op(OpKind::MatMul, {p, vv});
+  if (v == Variant::SavesP) b.output(p, {0, 1, 2}, {2}, DType::F16, "P");
+  int acc_l = loop ? b.op(v == Variant::MaxRows ? OpKind::AccumMax : OpKind::AccumSum, {l}) : l;
+  int acc_o = loop ? b.op(OpKind::AccumSum, {pv}) : pv;
+  if (split > 1) {
+    b.output(acc_o, {1, 2, 0}, none, DType::F32, "OP", 4);
+    b.output(acc_l, {1, 2, 0}, none, DType::F32, "LP", 4);
+  } else {
+    int o = b.op(OpKind::Div, {acc_o, acc_l});
+    b.output(o, {0, 1, -1}, none, v == Variant::F32Out ? DType::F32 : DType::F16, "O");
+  }
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+// Where block_graph.h puts an input op's tile for grid index g (the loop at 0), as a box
+// origin of the input's 2-D view.
+std::pair<int64_t, int64_t> tile_origin(const BlockGraph& bg, const BlockOp& op,
+                                        const std::vector<int64_t>& g) {
+  const Shape& dims = bg.inputs[op.io].shape;
+  const int r = static_cast<int>(dims.size());
+  std::vector<int64_t> start(r, 0);
+  for (size_t gd = 0; gd < bg.grid.size(); ++gd) {
+    const int d = op.imap[gd];
+    if (d < 0) continue;
+    const int64_t L = !bg.loop.empty() && !op.fmap.empty() && op.fmap[0] == d ? bg.loop[0] : 1;
+    start[d] = g[gd] * L * op.shape[d];
+  }
+  int64_t row = 0;
+  for (int d = 0; d < r - 1; ++d) row = row * dims[d] + start[d];
+  return {row, start[r - 1]};
+}
+
+void expect_views_follow_offset_rule(const BlockGraph& bg, const AttentionPlan& p) {
+  for (const AttentionView* v : {&p.q, &p.k, &p.v}) {
+    const BlockOp* op = nullptr;
+    for (const BlockOp& o : bg.ops)
+      if (o.kind == OpKind::Input && o.io == v->io) op = &o;
+    ASSERT_TRUE(op);
+    std::vector<int64_t> g(3, 0);
+    for (g[0] = 0; g[0] < bg.grid[0]; ++g[0])
+      for (g[1] = 0; g[1] < (bg.grid.size() > 1 ? bg.grid[1] : 1); ++g[1])
+        for (g[2] = 0; g[2] < (bg.grid.size() > 2 ? bg.grid[2] : 1); ++g[2]) {
+          auto [row, col] = tile_origin(bg, *op, g);
+          int64_t r = 0, c = 0;
+          for (int i = 0; i < 3; ++i) r += v->row_coef[i] * g[i], c += v->col_coef[i] * g[i];
+          EXPECT_EQ(r, row) << bg.inputs[v->io].name;
+          EXPECT_EQ(c, col) << bg.inputs[v->io].name;
+        }
+  }
+}
+
+TEST(Attention, RecognizesTheChainAndPlacesEveryTile) {
+  const Target& t = target_for(Arch::Sm90a);
+  for (Variant v : {Variant::Normalized, Variant::Partials, Variant::KMajor, Variant::NoLoop}) {
+    const int64_t mt = v == Variant::NoLoop ? 64 : 128;  // fits the resource rule unlowered
+    BlockGraph bg = build(v, mt);
+    auto p = match_attention(bg, t, true, true);
+    ASSERT_TRUE(p) << static_cast<int>(v);
+    EXPECT_EQ(p->mt, mt);
+    EXPECT_EQ(p->d, D);
+    EXPECT_EQ(p->dv, DV);
+    EXPECT_EQ(p->keys, v == Variant::Partials ? N / 4 : v == Variant::NoLoop ? N / 8 : N);
+    EXPECT_EQ(p->rows, 1);
+    EXPECT_EQ(p->k_nmajor, v != Variant::KMajor);
+    EXPECT_TRUE(p->v_nmajor);
+    EXPECT_NE(p->p.find("e"), std::string::npos);  // exp(s), bound to a local
+    expect_views_follow_offset_rule(bg, *p);
+  }
+}
+
+TEST(Attention, EpilogueAndStores) {
+  const Target& t = target_for(Arch::Sm90a);
+  auto n = match_attention(build(Variant::Normalized), t, true, true);
+  ASSERT_TRUE(n);
+  ASSERT_EQ(n->stores.size(), 1u);
+  EXPECT_FALSE(n->stores[0].row);
+  EXPECT_EQ(n->stores[0].ld, DV);
+  // O [H, M, DV] tile [1, 128, 64]: grid dim 0 moves M * DV elements, dim 1 128 rows.
+  EXPECT_EQ(n->stores[0].base_coef, (std::array<int64_t, 3>{M * DV, 128 * DV, 0}));
+  EXPECT_NE(n->stores[0].statements.back().find("r[0]"), std::string::npos);
+
+  auto s = match_attention(build(Variant::Partials), t, true, true);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->stores.size(), 2u);
+  EXPECT_FALSE(s->stores[0].row);
+  EXPECT_EQ(s->stores[0].result, "o");
+  EXPECT_EQ(s->stores[0].dtype, DType::F32);
+  EXPECT_TRUE(s->stores[1].row);
+  EXPECT_EQ(s->stores[1].result, "r[0]");
+  // OP [4, H, M, DV]: the split (grid dim 2) is the leading dim.
+  EXPECT_EQ(s->stores[0].base_coef, (std::array<int64_t, 3>{M * DV, 128 * DV, H * M * DV}));
+  EXPECT_EQ(s->stores[1].base_coef, (std::array<int64_t, 3>{M, 128, H * M}));
+
+  auto m = match_attention(build(Variant::Mean), t, true, true);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->feeds[0].find("0.015625"), std::string::npos) << m->feeds[0];  // 1 / 64 keys
+}
+
+TEST(Attention, RejectsEverythingElse) {
+  const Target& t = target_for(Arch::Sm90a);
+  EXPECT_FALSE(match_attention(build(Variant::Normalized), target_for(Arch::Sm80), true, true));
+  EXPECT_FALSE(match_attention(build(Variant::Normalized), t, false, false));  // P may not round
+  EXPECT_FALSE(match_attention(build(Variant::SavesP), t, true, true));
+  EXPECT_FALSE(match_attention(build(Variant::MaxRows), t, true, true));
+  EXPECT_FALSE(match_attention(build(Variant::Mask), t, true, true));
+  EXPECT_FALSE(match_attention(build(Variant::Normalized, 32), t, true, true));       // mt % 64
+  EXPECT_FALSE(match_attention(build(Variant::Normalized, 128, 32), t, true, true));  // D % 64
+  // 32-key iterations are fine: the block's 1024 keys are walked in 64-key chunks.
+  EXPECT_TRUE(match_attention(build(Variant::Normalized, 128, 64, 32), t, true, true));
+}
+
+KernelGraph graph_of(Variant v) {
+  KernelGraphBuilder kb("attn", "", Arch::Sm90a);
+  int q = kb.input("Q", {H, M, D}, DType::F16);
+  int k = kb.input("K", v == Variant::KMajor ? Shape{H, N, D} : Shape{H, D, N}, DType::F16);
+  int vv = kb.input("V", {H, N, DV}, DType::F16);
+  int mask = kb.input("Mask", {H, M, N}, DType::F16);
+  auto bg = std::make_shared<const BlockGraph>(build(v));
+  auto outs = kb.graph_defined(bg, {q, k, vv, mask}, "k");
+  for (int o : outs) kb.output(o);
+  return std::move(kb).finish();
+}
+
+TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
+  KernelGraph g = graph_of(Variant::Normalized);
+  Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  ASSERT_TRUE(s.kernels[0].attention);
+  EXPECT_EQ(s.kernels[0].grid, H * (M / 128) * 2);  // two 64-row CTAs per block
+  std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("kiln::rt::attn_launch<Cfg>"), std::string::npos);
+  EXPECT_NE(cu.find("AttnCfg<__half, 1, 64, 64, 64,"), std::string::npos);
+  // Without lowerings (the simulator), on sm_80, and with an f32 output: the generic kernel.
+  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm90a), PlanOptions{false}).kernels[0].attention);
+  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm80)).kernels[0].attention);
+  KernelGraph g32 = graph_of(Variant::F32Out);
+  EXPECT_FALSE(plan_schedule(g32, target_for(Arch::Sm90a)).kernels[0].attention);
+}
+
+// The hand-written attention example is lowered (it is what the nvcc test compiles).
+TEST(Attention, GqaExampleIsLowered) {
+  KernelGraph g = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa.mugraph.json");
+  Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  ASSERT_TRUE(s.kernels[0].attention);
+  EXPECT_FALSE(s.kernels[1].attention);  // the combine kernel is not a chain
+}
+
+}  // namespace
+}  // namespace kiln
