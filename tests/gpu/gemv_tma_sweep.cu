@@ -75,18 +75,6 @@ KILN_DEV void mbar_wait_bounded(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// kiln: this CTA's rank in its cluster.
-KILN_DEV uint32_t cluster_ctarank() {
-#if KILN_RT_SM90
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-#else
-  __trap();
-  return 0;
-#endif
-}
-
 // kiln: 8-byte store into (possibly another CTA's) shared memory at a shared::cluster address.
 KILN_DEV void dsmem_store2(uint32_t caddr, float a, float b) {
 #if KILN_RT_SM90
