@@ -225,14 +225,15 @@ KILN_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// Arrives on the mbarrier at bar's offset in CTA `rank` of this cluster (this CTA included), with
-// release semantics at cluster scope: this thread's earlier reads of the stage the barrier guards
-// are done before the arrival is seen. Cluster launches only.
+// Arrives on the mbarrier at bar's offset in CTA `rank` of this cluster (this CTA included). The
+// release is at CTA scope (the default): enough to hand a stage back whose readers were wgmma or
+// the copy engine (complete once wgmma_wait / the barrier says so), without the cluster-wide
+// fence of a .release.cluster arrive. Cluster launches only.
 KILN_DEV void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
 #if KILN_RT_SM90
   asm volatile(
       "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+      " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
       "r"(rank)
       : "memory");
 #else

@@ -7,7 +7,7 @@
 //
 // Build and run (CUDA toolkit only):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/gemm_ws_bench.cu -o b
-//   ./b [filter]     # only the configurations whose name contains filter
+//   ./b [filter] [--check-only]   # configurations whose name contains filter; no timing
 // Timing: medians of CUDA-graph replays of 10 calls, inputs rotating over two sets of X, W1, W2
 // (3 x 32 MB each at 4096^3, more than L2).
 #include <cuda_runtime.h>
@@ -204,19 +204,27 @@ float tofl(T x) {
 
 template <typename T>
 struct Problem {
-  int M, N, K, nb;
+  int M, N, K, nb, lda, ldb, ldc;
   static constexpr int kSets = 2;
   T *X[kSets], *W0[kSets], *W1[kSets], *C;
-  Problem(int m, int n, int k, int nb_) : M(m), N(n), K(k), nb(nb_) {
+  // Leading dimensions default to the dims; pass larger ones to pad rows.
+  Problem(int m, int n, int k, int nb_, int lda_ = 0, int ldb_ = 0, int ldc_ = 0)
+      : M(m),
+        N(n),
+        K(k),
+        nb(nb_),
+        lda(lda_ ? lda_ : k),
+        ldb(ldb_ ? ldb_ : n),
+        ldc(ldc_ ? ldc_ : n) {
     for (int s = 0; s < kSets; ++s) {
-      CK(cudaMalloc(&X[s], size_t(M) * K * sizeof(T)));
-      CK(cudaMalloc(&W0[s], size_t(K) * N * sizeof(T)));
-      CK(cudaMalloc(&W1[s], size_t(K) * N * sizeof(T)));
-      fill_uniform<<<1024, 256>>>(X[s], size_t(M) * K, 11u + s, 1.0f);
-      fill_uniform<<<1024, 256>>>(W0[s], size_t(K) * N, 23u + s, 1.0f / 16);
-      fill_uniform<<<1024, 256>>>(W1[s], size_t(K) * N, 37u + s, 1.0f / 16);
+      CK(cudaMalloc(&X[s], size_t(M) * lda * sizeof(T)));
+      CK(cudaMalloc(&W0[s], size_t(K) * ldb * sizeof(T)));
+      CK(cudaMalloc(&W1[s], size_t(K) * ldb * sizeof(T)));
+      fill_uniform<<<1024, 256>>>(X[s], size_t(M) * lda, 11u + s, 1.0f);
+      fill_uniform<<<1024, 256>>>(W0[s], size_t(K) * ldb, 23u + s, 1.0f / 16);
+      fill_uniform<<<1024, 256>>>(W1[s], size_t(K) * ldb, 37u + s, 1.0f / 16);
     }
-    CK(cudaMalloc(&C, size_t(M) * N * sizeof(T)));
+    CK(cudaMalloc(&C, size_t(M) * ldc * sizeof(T)));
     CK(cudaDeviceSynchronize());
   }
   ~Problem() {
@@ -227,36 +235,41 @@ struct Problem {
 
 using Launch = std::function<cudaError_t(int set, cudaStream_t)>;
 
-// Sampled float64 check of the output of set 0: no NaN anywhere, rel L2 over 4096 elements.
+// Sampled float64 check of the output of set 0: no NaN inside [M, N], rel L2 over 4096 elements
+// (every one for small problems).
 template <typename T>
 double check(Problem<T>& p, const Launch& launch, int* nans) {
-  CK(cudaMemset(p.C, 0xff, size_t(p.M) * p.N * sizeof(T)));
+  CK(cudaMemset(p.C, 0xff, size_t(p.M) * p.ldc * sizeof(T)));
   CK(launch(0, 0));
   CK(cudaDeviceSynchronize());
-  std::vector<T> C(size_t(p.M) * p.N), X(size_t(p.M) * p.K), W0(size_t(p.K) * p.N),
-      W1(size_t(p.K) * p.N);
+  std::vector<T> C(size_t(p.M) * p.ldc), X(size_t(p.M) * p.lda), W0(size_t(p.K) * p.ldb),
+      W1(size_t(p.K) * p.ldb);
   CK(cudaMemcpy(C.data(), p.C, C.size() * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(X.data(), p.X[0], X.size() * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(W0.data(), p.W0[0], W0.size() * sizeof(T), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(W1.data(), p.W1[0], W1.size() * sizeof(T), cudaMemcpyDeviceToHost));
   *nans = 0;
-  for (const T& v : C) *nans += std::isnan(tofl(v)) ? 1 : 0;
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < p.N; ++n) *nans += std::isnan(tofl(C[size_t(m) * p.ldc + n])) ? 1 : 0;
+  const bool all = size_t(p.M) * p.N <= 4096 * 64;
+  const int samples = all ? p.M * p.N : 4096;
   uint64_t z = 12345;
   double num = 0, den = 0;
-  for (int s = 0; s < 4096; ++s) {
+  for (int s = 0; s < samples; ++s) {
     z = z * 6364136223846793005ull + 1442695040888963407ull;
     // Half the samples in the last tile row / column, where the edges are.
     int m = int((z >> 33) % p.M), n = int((z >> 13) % p.N);
     if (s % 4 == 1) m = p.M - 1 - m % 128;
     if (s % 4 == 2) n = p.N - 1 - n % 128;
+    if (all) m = s / p.N, n = s % p.N;
     double a0 = 0, a1 = 0;
     for (int k = 0; k < p.K; ++k) {
-      const double x = tofl(X[size_t(m) * p.K + k]);
-      a0 += x * tofl(W0[size_t(k) * p.N + n]);
-      a1 += x * tofl(W1[size_t(k) * p.N + n]);
+      const double x = tofl(X[size_t(m) * p.lda + k]);
+      a0 += x * tofl(W0[size_t(k) * p.ldb + n]);
+      a1 += x * tofl(W1[size_t(k) * p.ldb + n]);
     }
     const double ref = p.nb == 2 ? a0 / (1.0 + std::exp(-a0)) * a1 : a0;
-    const double d = double(tofl(C[size_t(m) * p.N + n])) - ref;
+    const double d = double(tofl(C[size_t(m) * p.ldc + n])) - ref;
     num += d * d, den += ref * ref;
   }
   return std::sqrt(num / den);
@@ -268,16 +281,18 @@ struct Row {
   int nans;
 };
 static std::vector<Row> g_rows;
+static bool g_check_only = false;
 
 template <typename T>
 void run(const std::string& name, Problem<T>& p, const Launch& launch, const char* filter) {
   if (filter && name.find(filter) == std::string::npos) return;
   int nans = 0;
   const double err = check(p, launch, &nans);
-  const double us = time_us([&](int i, cudaStream_t st) { CK(launch(i % 2, st)); }, 10, 7);
-  const double tf = 2.0 * p.nb * double(p.M) * p.N * p.K / (us * 1e6);
+  const double us =
+      g_check_only ? 0.0 : time_us([&](int i, cudaStream_t st) { CK(launch(i % 2, st)); }, 10, 7);
+  const double tf = g_check_only ? 0.0 : 2.0 * p.nb * double(p.M) * p.N * p.K / (us * 1e6);
   g_rows.push_back({name, us, tf, err, nans});
-  printf("%-44s %8.1f us %6.0f TFLOP/s  rel_l2 %.2e  nan %d%s\n", name.c_str(), us, tf, err, nans,
+  printf("%-46s %8.1f us %6.0f TFLOP/s  rel_l2 %.2e  nan %d%s\n", name.c_str(), us, tf, err, nans,
          (err <= 5e-3 && nans == 0) ? "" : "  BAD");
   fflush(stdout);
 }
@@ -293,83 +308,142 @@ template <typename T, class G, class Epi2 = WgmmaEpiSiluMul>
 Launch new_ws(Problem<T>& p, WgmmaWsTuning tune = WgmmaWsTuning()) {
   return [&p, tune](int s, cudaStream_t st) {
     if (p.nb == 2)
-      return wgmma_ws_gemm_launch<G>(p.X[s], p.K, p.W0[s], p.W1[s], p.N, p.C, p.N, p.M, p.N, p.K,
-                                     Epi2(), st, tune);
-    return wgmma_ws_gemm_launch<G>(p.X[s], p.K, p.W0[s], p.W0[s], p.N, p.C, p.N, p.M, p.N, p.K,
-                                   WgmmaEpiIdentity(), st, tune);
+      return wgmma_ws_gemm_launch<G>(p.X[s], p.lda, p.W0[s], p.W1[s], p.ldb, p.C, p.ldc, p.M, p.N,
+                                     p.K, Epi2(), st, tune);
+    return wgmma_ws_gemm_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.ldb, p.C, p.ldc, p.M, p.N,
+                                   p.K, WgmmaEpiIdentity(), st, tune);
   };
 }
 template <typename T, class G>
 Launch old_ws(Problem<T>& p) {
   return [&p](int s, cudaStream_t st) {
     if (p.nb == 2)
-      return old_ws_launch<G>(p.X[s], p.K, p.W0[s], p.W1[s], p.N, p.C, p.N, p.M, p.N, p.K,
+      return old_ws_launch<G>(p.X[s], p.lda, p.W0[s], p.W1[s], p.ldb, p.C, p.ldc, p.M, p.N, p.K,
                               WgmmaEpiSiluMul(), st);
-    return old_ws_launch<G>(p.X[s], p.K, p.W0[s], p.W0[s], p.N, p.C, p.N, p.M, p.N, p.K,
+    return old_ws_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.ldb, p.C, p.ldc, p.M, p.N, p.K,
                             WgmmaEpiIdentity(), st);
   };
 }
 
-static WgmmaWsTuning tuning(int group_m, bool tma_store = true) {
+static WgmmaWsTuning tuning(int group_m, bool tma_store = true, int max_clusters = 0) {
   WgmmaWsTuning t;
-  t.group_m = group_m, t.tma_store = tma_store;
+  t.group_m = group_m, t.tma_store = tma_store, t.max_clusters = max_clusters;
   return t;
 }
 
+// Clusters of G resident at once, as the launcher asks (printed for the record).
+template <class G>
+int resident_clusters() {
+  constexpr auto kernel = wgmma_ws_gemm_kernel<G, __half, WgmmaEpiSiluMul>;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmemBytes));
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = G::kCluster, attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(G::kCluster), cfg.blockDim = dim3(G::kThreads);
+  cfg.dynamicSmemBytes = G::kSmemBytes, cfg.attrs = attr, cfg.numAttrs = 1;
+  int n = 0;
+  CK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
+}
+
 int main(int argc, char** argv) {
-  const char* filter = argc > 1 ? argv[1] : nullptr;
+  const char* filter = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--check-only") == 0) {
+      g_check_only = true;
+    } else {
+      filter = argv[i];
+    }
+  }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-         prop.l2CacheSize >> 20);
+  printf(
+      "device %s, %d SMs, L2 %d MB; resident clusters: cl1 s4 %d, cl2 s4 (NB 2) %d, cl2 s4 "
+      "(NB 1) %d\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+      resident_clusters<WgmmaGemmWS<__half, 2, 4, 1>>(),
+      resident_clusters<WgmmaGemmWS<__half, 2, 4, 2>>(),
+      resident_clusters<WgmmaGemmWS<__half, 1, 4, 2>>());
   using H = __half;
   using BF = __nv_bfloat16;
   {
+    // Small ragged problems (checked in full; for compute-sanitizer): odd tile rows, capped grids.
+    Problem<H> p(520, 392, 1000, 2), q(300, 136, 520, 1, 0, 0, 144);
+    run("small mlp2 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
+    run("small mlp2 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p), filter);
+    run("small mlp2 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
+    run("small mlp2 new cl2 s3 capped", p,
+        new_ws<H, WgmmaGemmWS<H, 2, 3, 2>>(p, tuning(1, true, 1)), filter);
+    run("small mlp2 new cl1 s4 capped direct", p,
+        new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p, tuning(2, false, 3)), filter);
+    run("small mm1 new cl1 s4", q, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(q), filter);
+    run("small mm1 new cl2 s6 capped", q, new_ws<H, WgmmaGemmWS<H, 1, 6, 2>>(q, tuning(1, true, 1)),
+        filter);
+  }
+  {
     Problem<H> p(4096, 4096, 4096, 2);
+    using C1 = WgmmaGemmWS<H, 2, 4, 1>;
+    using C2 = WgmmaGemmWS<H, 2, 4, 2>;
     run("mlp2 4096 f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("mlp2 4096 f16 new cl1 s3", p, new_ws<H, WgmmaGemmWS<H, 2, 3, 1>>(p), filter);
-    run("mlp2 4096 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p), filter);
+    run("mlp2 4096 f16 new cl1 s4", p, new_ws<H, C1>(p), filter);
+    run("mlp2 4096 f16 new cl1 s4 g4", p, new_ws<H, C1>(p, tuning(4)), filter);
+    run("mlp2 4096 f16 new cl1 s4 g16", p, new_ws<H, C1>(p, tuning(16)), filter);
+    run("mlp2 4096 f16 new cl1 s4 g32", p, new_ws<H, C1>(p, tuning(32)), filter);
+    run("mlp2 4096 f16 new cl1 s4 direct-store", p, new_ws<H, C1>(p, tuning(8, false)), filter);
+    run("mlp2 4096 f16 new cl1 s4 fast-epi", p, new_ws<H, C1, EpiSiluMulFast>(p), filter);
     run("mlp2 4096 f16 new cl2 s3", p, new_ws<H, WgmmaGemmWS<H, 2, 3, 2>>(p), filter);
-    run("mlp2 4096 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
-    run("mlp2 4096 f16 new cl2 s4 g2", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p, tuning(2)), filter);
-    run("mlp2 4096 f16 new cl2 s4 g4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p, tuning(4)), filter);
-    run("mlp2 4096 f16 new cl2 s4 g16", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p, tuning(16)),
-        filter);
-    run("mlp2 4096 f16 new cl2 s4 direct-store", p,
-        new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p, tuning(8, false)), filter);
-    run("mlp2 4096 f16 new cl2 s4 fast-epi", p,
-        new_ws<H, WgmmaGemmWS<H, 2, 4, 2>, EpiSiluMulFast>(p), filter);
+    run("mlp2 4096 f16 new cl2 s4", p, new_ws<H, C2>(p), filter);
+    run("mlp2 4096 f16 new cl2 s4 g2", p, new_ws<H, C2>(p, tuning(2)), filter);
+    run("mlp2 4096 f16 new cl2 s4 g4", p, new_ws<H, C2>(p, tuning(4)), filter);
+    run("mlp2 4096 f16 new cl2 s4 g16", p, new_ws<H, C2>(p, tuning(16)), filter);
+    run("mlp2 4096 f16 new cl2 s4 direct-store", p, new_ws<H, C2>(p, tuning(8, false)), filter);
+    run("mlp2 4096 f16 new cl2 s4 fast-epi", p, new_ws<H, C2, EpiSiluMulFast>(p), filter);
     run("mlp2 4096 f16 old s3 (again)", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
-    run("mlp2 4096 f16 new cl2 s4 (again)", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
+    run("mlp2 4096 f16 new cl1 s4 (again)", p, new_ws<H, C1>(p), filter);
+    run("mlp2 4096 f16 new cl2 s4 (again)", p, new_ws<H, C2>(p), filter);
   }
   {
     Problem<H> p(4096, 4096, 4096, 1);
     run("mm1 4096 f16 old s4", p, old_ws<H, OldWS<H, 1, 4>>(p), filter);
-    run("mm1 4096 f16 old s5", p, old_ws<H, OldWS<H, 1, 5>>(p), filter);
     run("mm1 4096 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(p), filter);
+    run("mm1 4096 f16 new cl1 s6", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 1>>(p), filter);
     run("mm1 4096 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
     run("mm1 4096 f16 new cl2 s6", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 2>>(p), filter);
   }
   {
     Problem<BF> p(4096, 4096, 4096, 2);
     run("mlp2 4096 bf16 old s3", p, old_ws<BF, OldWS<BF, 2, 3>>(p), filter);
+    run("mlp2 4096 bf16 new cl1 s4", p, new_ws<BF, WgmmaGemmWS<BF, 2, 4, 1>>(p), filter);
     run("mlp2 4096 bf16 new cl2 s4", p, new_ws<BF, WgmmaGemmWS<BF, 2, 4, 2>>(p), filter);
   }
   {
     Problem<H> p(4000, 4040, 4000, 2);
     run("mlp2 4000x4040x4000 f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
-    run("mlp2 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
     run("mlp2 4000x4040x4000 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p), filter);
+    run("mlp2 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
+  }
+  {
+    // The same dims with 128-byte aligned rows (ld 4032, 4096, 4096): isolates misaligned rows.
+    Problem<H> p(4000, 4040, 4000, 2, 4032, 4096, 4096);
+    run("mlp2 4000x4040x4000 ld128B f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
+    run("mlp2 4000x4040x4000 ld128B f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p),
+        filter);
+    run("mlp2 4000x4040x4000 ld128B f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p),
+        filter);
   }
   {
     Problem<H> p(4000, 4040, 4000, 1);
     run("mm1 4000x4040x4000 f16 old s4", p, old_ws<H, OldWS<H, 1, 4>>(p), filter);
+    run("mm1 4000x4040x4000 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(p), filter);
     run("mm1 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
   }
-  printf("\n%-44s %9s %8s %9s\n", "configuration", "us", "TFLOP/s", "rel_l2");
+  printf("\n%-46s %9s %8s %9s\n", "configuration", "us", "TFLOP/s", "rel_l2");
   bool ok = true;
   for (const Row& r : g_rows) {
-    printf("%-44s %9.1f %8.0f %9.1e%s\n", r.name.c_str(), r.us, r.tflops, r.err,
+    printf("%-46s %9.1f %8.0f %9.1e%s\n", r.name.c_str(), r.us, r.tflops, r.err,
            (r.err <= 5e-3 && r.nans == 0) ? "" : " BAD");
     ok = ok && r.err <= 5e-3 && r.nans == 0;
   }
