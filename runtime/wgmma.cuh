@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 //     wgmma_wait<1> and the release of the previous stage on empty[s] (the tensor cores never
 //     wait for a barrier).
 // The grid is persistent: each CTA (or cluster) walks output tiles blockIdx-strided in a raster
-// grouped along M (group_m tile rows per group, so that the tiles in flight share A rows and B
+// grouped along M (group_m cluster rows per group, so that the tiles in flight share A rows and B
 // columns in L2), and the producer streams the next tile's stages while the consumers run the
 // epilogue. With CLUSTER = 2 the two CTAs of a cluster take vertically adjacent tiles (the same
 // columns) and each loads half of the B panels once, multicast into both CTAs' stages; a stage is
@@ -773,7 +773,12 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 // elements inside [M, N]. setmaxnreg moves registers from the producer (40) to the consumers
 // (232). Any M, N, K >= 1 (TMA zero-fills the edges); lda, ldb multiples of 8, A and B 16-byte
 // aligned. Epi: float(float v0, float v1, int m, int n) const (v1 = 0 when NB = 1).
-template <typename T, int NB, int STAGES, int CLUSTER = 1>
+//
+// Defaults measured on the H100 (tests/gpu/gemm_ws_bench.cu): two weights take CLUSTER = 2 with
+// 4 stages (4096^3 f16 386 us, as CLUSTER 1; on rows that are not 128-byte aligned, 4000 x 4040 x
+// 4000, 388 us against 485: halving the B traffic matters there; 3 stages with CLUSTER 2: 423
+// us); one weight takes CLUSTER = 1 with 6 stages (4096^3 197 us; CLUSTER 2: 222 us).
+template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1)>
 struct WgmmaGemmWS {
   static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
   static constexpr int kCluster = CLUSTER;

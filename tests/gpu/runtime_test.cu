@@ -1287,27 +1287,29 @@ static void time_gemm(const cudaDeviceProp& prop) {
         10);
     printf("TIME gemm wgmma 4096x4096x4096 f16 tile 128x128x64 s4: %.1f us, %.0f TFLOP/s\n", us2,
            2.0 * M * N * K / (us2 * 1e6));
-    using WS = WgmmaGemmWS<__half, 1, 5>;
+    using WS = WgmmaGemmWS<__half, 1, 6>;  // the emitter's configurations (CLUSTER 1 and 2)
     const double us3 = time_us(
         [&](int, cudaStream_t st) {
           CK(wgmma_ws_gemm_launch<WS>(A, K, B, B, N, C, N, M, N, K, WgmmaEpiIdentity(), st));
         },
         10);
-    printf("TIME gemm wgmma_ws 4096x4096x4096 f16 tile 128x128x64 s5: %.1f us, %.0f TFLOP/s\n", us3,
+    printf("TIME gemm wgmma_ws 4096x4096x4096 f16 tile 128x128x64 s6: %.1f us, %.0f TFLOP/s\n", us3,
            2.0 * M * N * K / (us3 * 1e6));
     // gated_mlp m = 4096: silu(X W1) * (X W2), X 4096 x 4096, W1 and W2 4096 x 4096 (two
     // matmuls' FLOPs). B1 is a second buffer so that both weights are really read.
     __half* B1;
     CK(cudaMalloc(&B1, size_t(K) * N * 2));
     CK(cudaMemset(B1, 0x32, size_t(K) * N * 2));
-    using WS2 = WgmmaGemmWS<__half, 2, 3>;
+    using WS2 = WgmmaGemmWS<__half, 2, 4>;
     const double us4 = time_us(
         [&](int, cudaStream_t st) {
           CK(wgmma_ws_gemm_launch<WS2>(A, K, B, B1, N, C, N, M, N, K, WgmmaEpiSiluMul(), st));
         },
         10);
-    printf("TIME gated_mlp m4096 wgmma_ws dual s3: %.1f us, %.0f TFLOP/s (target <= 446 us)\n", us4,
-           4.0 * M * N * K / (us4 * 1e6));
+    printf(
+        "TIME gated_mlp m4096 wgmma_ws dual s4 cluster 2: %.1f us, %.0f TFLOP/s (PyTorch: 403 "
+        "us)\n",
+        us4, 4.0 * M * N * K / (us4 * 1e6));
     cudaFree(B1);
   }
   cudaFree(A), cudaFree(B), cudaFree(C);
