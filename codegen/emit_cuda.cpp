@@ -627,9 +627,9 @@ void emit_attention(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   };
   Code& L = x.launch;
   L.open("{");
-  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d, a.dv,
-      kp.attn_chunk, kp.attn_stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
-      kp.attn_min_blocks);
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
+      a.dv, kp.attn_chunk, kp.attn_stages, a.k_nmajor ? "true" : "false",
+      a.v_nmajor ? "true" : "false", kp.attn_min_blocks, kp.attn_key_split);
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
       x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),

@@ -1398,26 +1398,34 @@ static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule&
 namespace {
 
 // The runtime attention kernel's configuration for a matched chain, from H100 measurements
-// (tests/gpu/attention_bench.cu, gqa shapes): one consumer warpgroup per CTA, so a graph block of
-// mt rows runs as mt / 64 CTAs (more CTAs fill the SMs better than two warpgroups sharing one
-// block); 64-key chunks; 4 stages; two CTAs per SM where shared memory and the O accumulators
-// (dv / 2 floats per thread) allow it.
+// (tests/gpu/attention_bench.cu, gqa shapes): CTAs of 64 rows (a graph block of mt rows runs as
+// mt / 64 CTAs; more, smaller CTAs filled the SMs better than two row groups per CTA), 64-key
+// chunks, 4 stages. With at least one CTA per SM, one consumer warpgroup each and two CTAs per
+// SM where shared memory and the O accumulators (dv / 2 floats per thread) allow; with fewer
+// CTAs than SMs, two consumer warpgroups per CTA that split its chunks (a ring each), so that
+// each SM still runs two.
 void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
-  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
-  auto smem = [&](int stages) { return q_bytes + stages * stage + 1024; };
-  kp.attn_chunk = 64;
-  kp.attn_stages = 4;
-  if (smem(4) > t.smem_per_block) kp.attn_stages = 3;
-  kp.attn_min_blocks = a.dv <= 128 && 2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block ? 2 : 1;
-  kp.smem = smem(kp.attn_stages);
-  kp.threads = 256;
   int64_t blocks = 1;
   for (int64_t e : a.grid) blocks *= e;
   kp.grid = blocks * (a.mt / 64);
+  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
+  kp.attn_chunk = 64;
+  kp.attn_key_split = kp.grid < t.sm_count && a.keys >= 2 * 64 ? 2 : 1;
+  auto smem = [&](int stages) { return q_bytes + kp.attn_key_split * stages * stage + 1024; };
+  kp.attn_stages = 4;
+  while (kp.attn_stages > 3 && smem(kp.attn_stages) > t.smem_per_block) --kp.attn_stages;
+  if (smem(kp.attn_stages) > t.smem_per_block) kp.attn_key_split = 1;
+  kp.attn_min_blocks = kp.attn_key_split == 1 && a.dv <= 128 &&
+                               2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block
+                           ? 2
+                           : 1;
+  kp.smem = smem(kp.attn_stages);
+  kp.threads = 128 * (1 + kp.attn_key_split);
   kp.strategy = fmt::format(
       "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
-      "chunks, {} stages, {} CTA(s)/SM)",
-      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_min_blocks);
+      "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
+      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_key_split,
+      kp.attn_min_blocks);
   kp.attention = std::make_shared<const AttentionPlan>(std::move(a));
 }
 

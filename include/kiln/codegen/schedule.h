@@ -154,9 +154,10 @@ struct KernelPlan {
   std::shared_ptr<const ContractionPlan> contraction;
   // Graph-defined ops that are attention's two-contraction chain (attention.h): run through the
   // runtime's TMA + wgmma attention kernel (strategy "wgmma attention"), each block of the graph
-  // as mt / 64 CTAs of one consumer warpgroup, keys in chunks of attn_chunk.
+  // as mt / 64 CTAs of attn_key_split consumer warpgroups that split its keys, keys in chunks of
+  // attn_chunk.
   std::shared_ptr<const AttentionPlan> attention;
-  int attn_chunk = 64, attn_stages = 4, attn_min_blocks = 2;
+  int attn_chunk = 64, attn_stages = 4, attn_min_blocks = 2, attn_key_split = 1;
   // Predefined matmul / reductions: launch parameters the emitter needs.
   int64_t grid = 0;
   int threads = 0;
