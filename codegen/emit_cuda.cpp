@@ -430,7 +430,13 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     const std::string operands = fmt::format(
         "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), K, x.ptr(op.inputs[1]),
         x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
-    if (kp.gemv_cluster) {
+    if (kp.gemv_tma) {
+      // The TMA-streamed GEMV: wgmma n = 8 MT with MT in {1, 2, 4}.
+      const std::string tma_targs = fmt::format(
+          "{}, {}, {}, 1, {}, {}, {}, 1, {}", TA, TO, mt == 3 ? 4 : mt, kp.gemv_bn, kp.gemv_bk,
+          kp.gemv_stages, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+      L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
+    } else if (kp.gemv_cluster) {
       L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
     } else {
       if (kp.splits > 1) {
@@ -627,9 +633,9 @@ void emit_attention(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   };
   Code& L = x.launch;
   L.open("{");
-  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d, a.dv,
-      kp.attn_chunk, kp.attn_stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
-      kp.attn_min_blocks);
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
+      a.dv, kp.attn_chunk, kp.attn_stages, a.k_nmajor ? "true" : "false",
+      a.v_nmajor ? "true" : "false", kp.attn_min_blocks, kp.attn_key_split);
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
       x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),

@@ -1398,27 +1398,90 @@ static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule&
 namespace {
 
 // The runtime attention kernel's configuration for a matched chain, from H100 measurements
-// (tests/gpu/attention_bench.cu, gqa shapes): one consumer warpgroup per CTA, so a graph block of
-// mt rows runs as mt / 64 CTAs (more CTAs fill the SMs better than two warpgroups sharing one
-// block); 64-key chunks; 4 stages; two CTAs per SM where shared memory and the O accumulators
-// (dv / 2 floats per thread) allow it.
+// (tests/gpu/attention_bench.cu, gqa shapes): CTAs of 64 rows (a graph block of mt rows runs as
+// mt / 64 CTAs; more, smaller CTAs filled the SMs better than two row groups per CTA), 64-key
+// chunks, 4 stages. With at least one CTA per SM, one consumer warpgroup each and two CTAs per
+// SM where shared memory and the O accumulators (dv / 2 floats per thread) allow; with fewer
+// CTAs than SMs, two consumer warpgroups per CTA that split its chunks (a ring each), so that
+// each SM still runs two.
 void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
-  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
-  auto smem = [&](int stages) { return q_bytes + stages * stage + 1024; };
-  kp.attn_chunk = 64;
-  kp.attn_stages = 4;
-  if (smem(4) > t.smem_per_block) kp.attn_stages = 3;
-  kp.attn_min_blocks = a.dv <= 128 && 2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block ? 2 : 1;
-  kp.smem = smem(kp.attn_stages);
-  kp.threads = 256;
   int64_t blocks = 1;
   for (int64_t e : a.grid) blocks *= e;
   kp.grid = blocks * (a.mt / 64);
+  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
+  kp.attn_chunk = 64;
+  kp.attn_key_split = kp.grid < t.sm_count && a.keys >= 2 * 64 ? 2 : 1;
+  auto smem = [&](int stages) { return q_bytes + kp.attn_key_split * stages * stage + 1024; };
+  kp.attn_stages = 4;
+  while (kp.attn_stages > 3 && smem(kp.attn_stages) > t.smem_per_block) --kp.attn_stages;
+  if (smem(kp.attn_stages) > t.smem_per_block) kp.attn_key_split = 1;
+  kp.attn_min_blocks = kp.attn_key_split == 1 && a.dv <= 128 &&
+                               2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block
+                           ? 2
+                           : 1;
+  kp.smem = smem(kp.attn_stages);
+  kp.threads = 128 * (1 + kp.attn_key_split);
   kp.strategy = fmt::format(
       "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
-      "chunks, {} stages, {} CTA(s)/SM)",
-      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_min_blocks);
+      "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
+      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_key_split,
+      kp.attn_min_blocks);
   kp.attention = std::make_shared<const AttentionPlan>(std::move(a));
+}
+
+// The TMA-streamed GEMV (runtime gemv_tma.cuh) for Y = X W with M <= 32 rows of X on sm_90a: fills
+// kp and returns true, or returns false where the register-streamed GEMV stays (sm_80, weights
+// under 8 MB, N past 256 columns per SM). The rule, measured on the H100 (tests/gpu/
+// gemv_tma_sweep.cu, 2026-11-25; docs/runtime.md has the table):
+//   - one block per SM, each with a ring of 4 stages of 32 KB of weight (BK = 16384 / BN rows of
+//     K per stage, at least 64; fewer stages where X's panels or a second weight would not fit):
+//     with the ring that large, a block streams ~27 GB/s and more blocks per SM only unbalance the
+//     SMs (N6144 K4096 M32: 19.3 us at 96 blocks of 193 KB, 21.5 at 192 of 97 KB);
+//   - BN, the columns per block: the narrowest of 64, 128, 256 whose column blocks fit on the SMs
+//     at one block each (N16384: 128 x 128 columns, 71.6-73.3 us for M 1-32; 256 blocks of 64
+//     columns at two per SM: 73.0-74.4);
+//   - split-K (a cluster of `splits` blocks per column block) only until the rings hold 8 MB in
+//     flight (Little's law: ~3 TB/s x ~2.7 us), one block per SM at most, at most 8 splits, and
+//     each split streaming at least two full rings: N2304 K16384 (36 column blocks): 2 splits,
+//     28.0 / 28.9 us at M 1 / 32 where the register GEMV takes 28.5 / 31.2; the runtime's
+//     two-weight N4096 (64 column blocks, 8 MB): none, 24.2 us against 25.1 with 2; K2048 N2048:
+//     none (6.5 us, 7.1 with 2).
+// Against the register GEMV as planned below, on 25 shapes (M 1-32, N 2048-32000, K 2048-16384,
+// 8-436 MB of weight, with and without the fused rms_norm, one and two weights): 0.53-0.99 of its
+// time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
+// 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
+bool plan_gemv_tma(int64_t M, int64_t N, int64_t K, const Target& t, KernelPlan& kp) {
+  if (t.arch != Arch::Sm90a || M > 32) return false;
+  constexpr int64_t kNW = 1;  // the predefined matmul: one weight
+  if (K * N * 2 * kNW < (int64_t(8) << 20)) return false;
+  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  int64_t bn = 64;
+  while (bn < 256 && ceil_div(N, bn) > sms) bn *= 2;
+  const int64_t cb = ceil_div(N, bn);
+  if (cb > sms) return false;
+  const int64_t bk = std::max<int64_t>(64, 16384 / (kNW * bn));
+  auto smem = [&](int64_t st) {
+    return std::max(st * (kNW * bn * bk * 2 + 8 * mt * bk * 2), kNW * 8 * mt * (bn + 4) * 4) + 1024;
+  };
+  int64_t st = 4;
+  // The block's static shared memory (mbarriers, row sums) needs well under 2 KB.
+  while (st > 2 && smem(st) + 2048 > t.smem_per_block) --st;
+  const int64_t ring_w = st * kNW * bn * bk * 2;
+  int64_t splits = 1;
+  while (splits < 8 && cb * splits * ring_w < (int64_t(8) << 20) && cb * (splits + 1) <= sms &&
+         K >= (splits + 1) * 2 * st * bk)
+    ++splits;
+  kp.gemv_tma = true;
+  kp.gemv_cluster = false;
+  kp.gemv_bn = static_cast<int>(bn);
+  kp.gemv_bk = static_cast<int>(bk);
+  kp.gemv_stages = static_cast<int>(st);
+  kp.splits = static_cast<int>(splits);
+  kp.threads = 160;
+  kp.smem = smem(st);
+  kp.grid = cb * splits;
+  kp.strategy = fmt::format("gemv tma {}x{} s{}", bn, bk, st);
+  return true;
 }
 
 }  // namespace
@@ -1610,6 +1673,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
             kp.splits = splits;
             kp.threads = 32 * warps_n * warps_k;
             kp.grid = col_blocks * splits;
+            plan_gemv_tma(M, N, K, t, kp);
             // rms_norm(X) W with a weightless rms_norm that nothing else reads: one GEMV with
             // the runtime's row-rms epilogue, diag(1 / rms(X)) (X W), which sums X^2 from the X
             // values the GEMV loads anyway; the rms_norm kernel and its round trip through
@@ -1623,10 +1687,11 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
                 g.tensor(g.ops[p].inputs[0]).dtype == a.dtype &&
                 g.tensor(g.ops[p].inputs[0]).shape == a.shape) {
               rms = true;
-              kp.strategy = "gemv rms_norm";
+              kp.strategy += " rms_norm";
+              if (kp.gemv_tma) kp.threads = 192;  // + the row-sum-of-squares warp
               fuse_prologue(s, p, static_cast<int>(k), kp, a_id, false);
             }
-            if (splits > 1 && !kp.gemv_cluster) {
+            if (splits > 1 && !kp.gemv_cluster && !kp.gemv_tma) {
               kp.scratch_bytes =
                   col_blocks * splits * (warps_n * mt * 512 + (rms ? mt * 8 : 0)) * 4 +
                   col_blocks * 4;

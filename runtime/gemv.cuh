@@ -480,6 +480,30 @@ KILN_DEV void dsmem_store(uint32_t caddr, float v) {
   __trap();
 #endif
 }
+// Loads from (possibly another CTA's) shared memory at a shared::cluster address (dsmem_map).
+KILN_DEV float4 dsmem_load4(uint32_t caddr) {
+  float4 v;
+#if KILN_RT_SM90
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(caddr)
+               : "memory");
+#else
+  __trap();
+  v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+  return v;
+}
+KILN_DEV float dsmem_load(uint32_t caddr) {
+  float v;
+#if KILN_RT_SM90
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(caddr) : "memory");
+#else
+  __trap();
+  v = 0.0f;
+#endif
+  return v;
+}
 
 // Dynamic shared memory of gemv_cluster_kernel, in bytes: per CTA, ceil(WARPS_N * MT / splits)
 // owned units x (splits - 1) remote sources x NW * 512 floats (NW * 4 float4 x 32 lanes), plus,

@@ -42,5 +42,8 @@
 #ifndef KILN_RT_GEMV_CUH
 #include "gemv.cuh"
 #endif
+#ifndef KILN_RT_GEMV_TMA_CUH
+#include "gemv_tma.cuh"
+#endif
 
 #endif  // KILN_RT_KILN_RUNTIME_CUH

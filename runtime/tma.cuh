@@ -46,6 +46,33 @@ KILN_DEV void tma_load_2d(void* smem_dst, const TmaDesc* desc, int row, int col,
 #endif
 }
 
+// An L2 cache policy that marks the lines it is attached to as evict-first, for data read exactly
+// once (a streamed weight), so that it does not push out data that is read again.
+KILN_DEV uint64_t l2_policy_evict_first() {
+#if KILN_RT_SM90
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+#else
+  __trap();
+  return 0;
+#endif
+}
+
+// tma_load_2d with an L2 cache policy (l2_policy_evict_first) on the lines it reads.
+KILN_DEV void tma_load_2d_hint(void* smem_dst, const TmaDesc* desc, int row, int col, uint64_t* bar,
+                               uint64_t policy) {
+#if KILN_RT_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(smem_dst)),
+      "l"(desc), "r"(col), "r"(row), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // tma_load_2d multicast to the CTAs of this cluster whose bit is set in cta_mask (this one
 // included if its bit is set): the box lands at smem_dst's offset in each of them and completes
 // its bytes on the mbarrier at bar's offset in each. Cluster launches only.

@@ -18,6 +18,8 @@ BIN=${2:-$(cd "$(dirname "$0")/.." && pwd)/build/kiln}
 rm -rf "$DIR/bin" "$DIR/lib" "$DIR/kiln"
 mkdir -p "$DIR/bin" "$DIR/lib"
 cp "$BIN" "$DIR/bin/kiln"
+# Debug info is most of a RelWithDebInfo binary (80 of 84 MB); the device call carries 64 MiB.
+strip --strip-debug "$DIR/bin/kiln" 2>/dev/null || true
 # Every resolved dependency except the C/C++ runtime, which the target provides (and must match
 # its kernel and loader).
 ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do

@@ -38,6 +38,8 @@ if ls "$cuda_root"/lib64/libnvrtc.so* >/dev/null 2>&1 || ls "$cuda_root"/lib/lib
       "kiln::rt::gemv_kernel<__half, __half, 1, 1, 2, 4, 2, 2, kiln::rt::GemvRmsNorm>" \
       "kiln::rt::gemv_cluster_kernel<__half, __half, 2, 1, 2, 4, 2, 2, kiln::rt::GemvRmsNorm>" \
       "kiln::rt::gemv_cluster_kernel<__nv_bfloat16, float, 2, 2, 2, 4, 1, 2, kiln::rt::GemvSiluMul>" \
+      "kiln::rt::gemv_tma_kernel<__half, __half, 4, 1, 64, 64, 8, 1, kiln::rt::GemvRmsNorm>" \
+      "kiln::rt::gemv_tma_kernel<__nv_bfloat16, float, 1, 2, 128, 64, 4, 1, kiln::rt::GemvSiluMul>" \
       "kiln::rt::gemm_kernel<kiln::rt::GemmConfig<__half, 128, 128, 32, 2, 4, 3>, __half, NvrtcGemmEpi>" \
       "kiln::rt::wgmma_gemm_kernel<kiln::rt::WgmmaGemm<__half, 2, 4>, __half, NvrtcGemmEpi>" \
       "kiln::rt::wgmma_ws_gemm_kernel<kiln::rt::WgmmaGemmWS<__half, 2, 4>, __half, kiln::rt::WgmmaEpiSiluMul>" ||

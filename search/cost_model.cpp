@@ -19,7 +19,15 @@ const CostConstants& cost_constants(Arch a) {
     c.l2_capacity = 40e6;
     return c;
   }();
-  static CostConstants sm90a{5.5e12, 128.0 * 1.755e9 * 132};
+  // The generic block kernel multiplies with mma.sync; on the H100 the target's tensor rate is
+  // wgmma's. Attention chains on mma.sync measured 146-191 TFLOP/s (session 4, gqa bs16), about
+  // a quarter of the 690 TFLOP/s rate; 0.35 keeps them well behind the wgmma lowerings that run
+  // the same graphs at ~300 (docs/cost-model.md).
+  static CostConstants sm90a = [] {
+    CostConstants c{5.5e12, 128.0 * 1.755e9 * 132};
+    c.mma_sync_fraction = 0.35;
+    return c;
+  }();
   return a == Arch::Sm80 ? sm80 : sm90a;
 }
 
@@ -75,12 +83,14 @@ double matmul_tc_flops(const Shape& a, const Shape& b, const Shape& out) {
   return 2.0 * double(batch) * double(pad(m, 16)) * double(pad(n, 8)) * double(pad(k, 16));
 }
 
+// dram_u, comp_u: the fraction of DRAM bandwidth and of the SMs' rates the kernel reaches;
+// tc_u: of the target's tensor-core rate (generic kernels use mma.sync, not wgmma).
 void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double dram_u,
-                  double comp_u) {
+                  double comp_u, double tc_u = 1.0) {
   c.t_dram = (c.dram_read + c.dram_write) / (t.dram_bytes_per_s * dram_u);
   c.t_l2 = (c.dram_read + c.l2_bytes) / (k.l2_bytes_per_s * dram_u);
   c.t_smem = c.smem_bytes / (k.smem_bytes_per_s * comp_u);
-  c.t_tc = c.tc_flops / (t.tc_flops_per_s * comp_u);
+  c.t_tc = c.tc_flops / (t.tc_flops_per_s * comp_u * tc_u);
   c.t_cuda = c.cuda_flops / (t.fp32_flops_per_s * comp_u);
   c.t_launch = t.launch_s;
   c.t_fixed = k.fixed_s;
@@ -107,6 +117,7 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
   KernelCost c;
   c.name = name;
   c.graph_defined = true;
+  c.lowered = true;
   const double nb = double(p.b.size());
   c.blocks = ((p.m + 127) / 128) * ((p.n + 127) / 128);
   c.blocks_per_sm = 1;
@@ -131,10 +142,57 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
   return c;
 }
 
-KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
+// A graph-defined kernel that the emitter lowers to the runtime's attention kernel
+// (codegen/attention.h): blocks x mt / 64 CTAs of 64 rows, each walking its keys in chunks; the
+// tensor cores do S and O (2 x 64 x keys x (d + dv) flops per CTA). Effective per-SM rates from
+// the H100 timings of tests/gpu/attention_bench.cu (gqa shapes): 50% of the tensor-core peak
+// with two CTAs per SM (one's exp overlaps the other's wgmma), 40% with one; plus a pipeline
+// fill (A and the first chunks in flight) per wave.
+KernelCost attention_cost(const KernelOp& op, const KernelPlan& kp, const Target& t) {
+  const CostConstants& k = cost_constants(t.arch);
+  const AttentionPlan& a = *kp.attention;
+  KernelCost c;
+  c.name = op.name;
+  c.graph_defined = true;
+  c.lowered = true;
+  c.blocks = kp.grid;
+  c.blocks_per_sm = kp.attn_min_blocks;
+  const int64_t slots = int64_t(t.sm_count) * kp.attn_min_blocks;
+  c.waves = (c.blocks + slots - 1) / slots;
+  c.iterations = a.keys / kp.attn_chunk;
+  c.pipeline_stages = kp.attn_stages;
+  c.round_trips = 1;
+  const BlockGraph& bg = *op.block;
+  for (const AttentionView* v : {&a.q, &a.k, &a.v}) {
+    const TensorDesc& td = bg.inputs[v->io];
+    c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
+  }
+  for (const TensorDesc& td : bg.outputs)
+    c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
+  const double cta_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv);
+  c.tc_flops = cta_flops * double(c.blocks);
+  // Consumer warpgroups per SM (CTAs per SM x consumers per CTA) share its tensor cores; a CTA
+  // whose consumers split its keys finishes in 1 / key_split of its work's time.
+  const int64_t ctas =
+      std::min<int64_t>(kp.attn_min_blocks, (c.blocks + t.sm_count - 1) / t.sm_count);
+  const int64_t active = ctas * kp.attn_key_split;
+  const double eff = active >= 2 ? 0.5 : 0.4;
+  const double sm_rate = t.tc_flops_per_s / t.sm_count * eff;
+  const double t_cta = cta_flops * double(ctas) / sm_rate;
+  finish_times(c, t, k, 1.0, 1.0);
+  c.t_tc = double(c.waves) * t_cta;
+  c.t_fill = k.dram_latency_s * double(c.waves);
+  c.bound = c.t_tc >= c.t_dram ? "tensor" : "dram";
+  c.time = c.t_launch + c.t_fixed + std::max(c.t_tc, c.t_dram) + c.t_fill;
+  return c;
+}
+
+KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan,
+                              const KernelPlan* kp = nullptr) {
   const CostConstants& k = cost_constants(t.arch);
   if (auto cp = match_contraction(*op.block, t))
     return contraction_cost(op.name, *cp, op.block->inputs, t);
+  if (kp && kp->attention) return attention_cost(op, *kp, t);
   // The kernel runs the planner's re-tiled loop when it has one (codegen/schedule.h).
   const BlockGraph& bg = plan && plan->retiled ? *plan->retiled : *op.block;
   KernelCost c;
@@ -249,7 +307,8 @@ KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSc
   // latency: the busiest SM runs ceil(B / SMs) blocks' iterations one after another.
   c.t_iter = std::ceil(B / sm) * I *
              (k.iteration_s + k.iteration_warp_s * double(bg.block_threads) / 32.0);
-  finish_times(c, t, k, dram_u, comp_u);
+  // The generic kernel's products are mma.sync, slower than the target's wgmma rate.
+  finish_times(c, t, k, dram_u, comp_u, k.mma_sync_fraction);
   return c;
 }
 
@@ -355,7 +414,7 @@ KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t
   std::optional<kiln::Schedule> s = plan(g, t);
   size_t i = size_t(&op - g.ops.data());
   if (op.kind != OpKind::GraphDefined) return predefined_cost(g, op, t, kernel_plan(s, i));
-  return graph_defined_cost(op, t, block_plan(s, i));
+  return graph_defined_cost(op, t, block_plan(s, i), kernel_plan(s, i));
 }
 
 GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
@@ -367,7 +426,7 @@ GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
     // Fused into its consumer's kernel by the planner (plan_schedule's prologues).
     if (const KernelPlan* kp = kernel_plan(s, i); kp && kp->fused_into >= 0) continue;
     c.kernels.push_back(op.kind == OpKind::GraphDefined
-                            ? graph_defined_cost(op, t, block_plan(s, i))
+                            ? graph_defined_cost(op, t, block_plan(s, i), kernel_plan(s, i))
                             : predefined_cost(g, op, t, kernel_plan(s, i)));
     c.time += c.kernels.back().time;
     c.launches++;
@@ -380,6 +439,7 @@ nlohmann::json cost_to_json(const GraphCost& c) {
   for (const KernelCost& k : c.kernels) {
     ks.push_back({{"name", k.name},
                   {"graph_defined", k.graph_defined},
+                  {"lowered", k.lowered},
                   {"blocks", k.blocks},
                   {"iterations", k.iterations},
                   {"blocks_per_sm", k.blocks_per_sm},

@@ -106,9 +106,15 @@ int64_t rss_mb() {
 }
 
 // One kernel choice for a group, with its modeled cost.
+// What the beam tells apart: a generic block kernel's (blocks, threads, iterations); a kernel
+// the planner lowers to a runtime kernel by that kernel's own (CTAs, -2, chunks), since block
+// graphs that differ only in what the lowering replaces run the same launch.
+using KernelShape = std::tuple<int64_t, int, int64_t>;
+
 struct Choice {
   KernelChoice kernel;
   double time = 0;
+  KernelShape shape{-1, -1, -1};
   std::string detail;
   int sched = -1;           // index of its schedule in the group's list (-1: predefined)
   bool enumerated = false;  // built by the op-by-op enumerator
@@ -279,9 +285,15 @@ class BranchRunner {
     return fmt::format("{{{}}}", fmt::join(names, ", "));
   }
 
-  // The cost of one kernel alone: a graph of the group's inputs and that kernel.
-  double kernel_time(const KernelChoice& kc) {
-    return estimate_cost(kernel_graph(kc), target_).time;
+  // The cost of one kernel alone (a graph of the group's inputs and that kernel), and its shape.
+  double kernel_time(const KernelChoice& kc, KernelShape* shape = nullptr) {
+    GraphCost gc = estimate_cost(kernel_graph(kc), target_);
+    if (shape && kc.block) {
+      *shape = {kc.block->num_blocks(), kc.block->block_threads, kc.block->num_iterations()};
+      for (const KernelCost& k : gc.kernels)
+        if (k.lowered) *shape = {k.blocks, -2, k.iterations};
+    }
+    return gc.time;
   }
   std::string kernel_fingerprint(const KernelChoice& kc) { return fingerprint(kernel_graph(kc)); }
   KernelGraph kernel_graph(const KernelChoice& kc) {
@@ -392,7 +404,7 @@ class BranchRunner {
           out_.stats.enum_kernels++;
           Choice c;
           c.kernel = kc;
-          c.time = kernel_time(kc);
+          c.time = kernel_time(kc, &c.shape);
           c.detail = fmt::format("{} enumerated [{}]", scheds[si].str(v_), rc.str());
           c.sched = static_cast<int>(si);
           c.enumerated = true;
@@ -425,7 +437,7 @@ class BranchRunner {
     if (single) {
       Choice c;
       c.kernel = {grp, nullptr};
-      c.time = kernel_time(c.kernel);
+      c.time = kernel_time(c.kernel, &c.shape);
       c.detail = fmt::format("predefined {}", op_name(v_.nodes[grp[0]].kind));
       int64_t s = state(r.state, "schedule", c.detail);
       note(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
@@ -452,7 +464,7 @@ class BranchRunner {
       }
       Choice c;
       c.kernel = {grp, lw.block};
-      c.time = kernel_time(c.kernel);
+      c.time = kernel_time(c.kernel, &c.shape);
       c.detail = d;
       c.sched = static_cast<int>(si);
       note(s, "schedule", "costed", {}, d, c.time * 1e6);
@@ -471,14 +483,10 @@ class BranchRunner {
   // apart far better than the model, so the beam spends its slots on different shapes.
   std::vector<Choice> keep_distinct(std::vector<Choice> all) const {
     std::vector<Choice> kept;
-    std::set<std::tuple<int64_t, int, int64_t>> shapes;
+    std::set<KernelShape> shapes;
     for (Choice& c : all) {
       if (static_cast<int>(kept.size()) >= cfg_.beam) break;
-      auto shape = c.kernel.block ? std::make_tuple(c.kernel.block->num_blocks(),
-                                                    c.kernel.block->block_threads,
-                                                    c.kernel.block->num_iterations())
-                                  : std::make_tuple(int64_t{-1}, -1, int64_t{-1});
-      if (shapes.insert(shape).second) kept.push_back(std::move(c));
+      if (shapes.insert(c.shape).second) kept.push_back(std::move(c));
     }
     return kept;
   }
@@ -575,6 +583,7 @@ std::vector<int64_t> launch_shape(const Candidate& c) {
     if (!slow || k.time > slow->time) slow = &k;
   if (!slow) return {};
   std::vector<int64_t> shape{slow->graph_defined ? 1 : 0, slow->blocks, slow->iterations};
+  if (slow->lowered) return shape;  // the runtime kernel's own launch (CTAs, chunks)
   for (const KernelOp& k : c.graph.ops)
     if (k.name == slow->name && k.block) {
       shape.push_back(k.block->block_threads);

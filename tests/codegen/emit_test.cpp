@@ -70,6 +70,31 @@ TEST(Emit, RandomGraphsEmit) {
   }
 }
 
+// The decode matmuls of the suite launch the TMA GEMV on sm_90a, with the planner's column
+// blocks, stage shape and splits as template and launch arguments (MT rounded up to 4 for 17-24
+// rows: wgmma n is 8, 16 or 32), and the register GEMV on sm_80.
+TEST(Emit, DecodeGemvLaunchesTheTmaGemvOnSm90a) {
+  KernelGraph rl =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/rmsnorm_linear_bs16.json");
+  const std::string cu = emit_cuda(rl);
+  EXPECT_NE(cu.find("err = kiln::rt::gemv_tma_launch<__half, __half, 4, 1, 64, 256, 4, 1, "
+                    "kiln::rt::GemvRmsNorm>("),
+            std::string::npos);
+  EXPECT_NE(cu.find("gemv tma 64x256 s4 rms_norm"), std::string::npos);  // the schedule header
+  const std::string cu80 = emit_cuda(rl, EmitOptions{Arch::Sm80, "", "", true});
+  EXPECT_EQ(cu80.find("err = kiln::rt::gemv_tma_launch<"), std::string::npos);
+  EXPECT_NE(cu80.find("err = kiln::rt::gemv_launch<"), std::string::npos);
+
+  KernelGraphBuilder b("m20");
+  int x = b.input("X", {20, 4096}, DType::BF16);
+  int w = b.input("W", {4096, 16384}, DType::BF16);
+  b.output(b.op(OpKind::MatMul, {x, w}, {}, "o"));
+  const std::string cu20 = emit_cuda(std::move(b).finish());
+  EXPECT_NE(cu20.find("err = kiln::rt::gemv_tma_launch<__nv_bfloat16, __nv_bfloat16, 4, 1, 128, "
+                      "128, 4, 1, kiln::rt::GemvIdentity>("),
+            std::string::npos);
+}
+
 TEST(Emit, HarnessEmbedsKernelReferenceAndGenerator) {
   std::string base = std::string(KILN_SOURCE_DIR) + "/examples/gqa";
   KernelGraph g = load_graph_file(base + ".mugraph.json");

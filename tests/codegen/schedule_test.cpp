@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/ir/print.h"
@@ -292,6 +294,99 @@ TEST(Schedule, LongRowReductionUsesSeveralWarps) {
   EXPECT_LE(ss.dist.group, bg.block_threads);
   // h = x + r has three readers: recomputed in each, never a float32 tile.
   EXPECT_EQ(s.kernels[0].block->tiles[op_index(bg, "h")].home, TileHome::Inline);
+}
+
+// A decode matmul X[M, K] W[K, N] (f16), optionally of a weightless rms_norm of X.
+KernelGraph decode_matmul(int64_t M, int64_t K, int64_t N, bool rms = false) {
+  KernelGraphBuilder b("dm");
+  int x = b.input("X", {M, K}, DType::F16);
+  int w = b.input("W", {K, N}, DType::F16);
+  if (rms) {
+    Attrs e;
+    e.eps = 1e-6;
+    x = b.op(OpKind::RmsNorm, {x}, e, "n");
+  }
+  b.output(b.op(OpKind::MatMul, {x, w}, {}, "o"));
+  return std::move(b).finish();
+}
+
+// On sm_90a the decode GEMV streams W through TMA: one block per SM with a 128 KB ring of weight
+// (4 stages of BK = 16384 / BN rows), the narrowest column blocks that fit on the SMs, and
+// k-splits only until 8 MB are in flight; weights under 8 MB, N past 256 columns per SM and
+// sm_80 keep the register GEMV.
+TEST(Schedule, DecodeGemvStreamsThroughTmaOnSm90a) {
+  struct Case {
+    int64_t M, K, N;
+    bool rms;
+    bool tma;
+    int bn, bk, splits;
+    const char* strategy;
+  };
+  const Case cases[] = {
+      {32, 4096, 6144, true, true, 64, 256, 1, "gemv tma 64x256 s4 rms_norm"},
+      {1, 6656, 16384, false, true, 128, 128, 1, "gemv tma 128x128 s4"},
+      {32, 16384, 2304, false, true, 64, 256, 2, "gemv tma 64x256 s4"},
+      {20, 4096, 32000, false, true, 256, 64, 1, "gemv tma 256x64 s4"},
+      {16, 2048, 2048, false, true, 64, 256, 1, "gemv tma 64x256 s4"},
+      {8, 4096, 40000, false, false, 0, 0, 0, "gemv"},       // 157 blocks of 256 columns
+      {5, 256, 136, true, false, 0, 0, 0, "gemv rms_norm"},  // 68 KB of weight
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("M {} K {} N {}", c.M, c.K, c.N));
+    KernelGraph g = decode_matmul(c.M, c.K, c.N, c.rms);
+    const Schedule s90 = plan_schedule(g, target_for(Arch::Sm90a));
+    const KernelPlan& kp = s90.kernels.back();
+    EXPECT_EQ(kp.gemv_tma, c.tma);
+    EXPECT_EQ(kp.strategy, c.strategy);
+    if (c.tma) {
+      EXPECT_EQ(kp.gemv_bn, c.bn);
+      EXPECT_EQ(kp.gemv_bk, c.bk);
+      EXPECT_EQ(kp.gemv_stages, 4);
+      EXPECT_EQ(kp.splits, c.splits);
+      EXPECT_EQ(kp.threads, c.rms ? 192 : 160);
+      EXPECT_EQ(kp.grid, (c.N + c.bn - 1) / c.bn * c.splits);
+    }
+    const Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
+    const KernelPlan& k80 = s80.kernels.back();
+    EXPECT_FALSE(k80.gemv_tma);
+    EXPECT_EQ(k80.strategy, c.rms ? "gemv rms_norm" : "gemv");
+  }
+}
+
+// Whatever the shape, a TMA plan launches one wave of one block per SM within the shared memory
+// of a block, has a valid box (BK a multiple of 64, at most 256 rows), at most 8 splits, and
+// splits only where each streams at least two full rings.
+TEST(Schedule, TmaGemvPlansFitTheMachine) {
+  const Target& t = target_for(Arch::Sm90a);
+  int planned = 0;
+  for (int64_t M : {1, 7, 8, 9, 16, 17, 24, 25, 32})
+    for (int64_t K : {512, 2048, 4096, 6656, 11008, 16384, 28672})
+      for (int64_t N : {1024, 2304, 4096, 8448, 16896, 17024, 33792, 33800}) {
+        SCOPED_TRACE(fmt::format("M {} K {} N {}", M, K, N));
+        KernelGraph g = decode_matmul(M, K, N);
+        const Schedule sched = plan_schedule(g, t);
+        const KernelPlan& kp = sched.kernels.back();
+        EXPECT_EQ(kp.gemv_tma, K * N * 2 >= (int64_t(8) << 20) && (N + 255) / 256 <= t.sm_count);
+        if (!kp.gemv_tma) continue;
+        ++planned;
+        EXPECT_TRUE(kp.gemv_bn == 64 || kp.gemv_bn == 128 || kp.gemv_bn == 256);
+        EXPECT_TRUE(kp.gemv_bk % 64 == 0 && kp.gemv_bk >= 64 && kp.gemv_bk <= 256);
+        EXPECT_GE(kp.gemv_stages, 2);
+        EXPECT_GE(kp.splits, 1);
+        EXPECT_LE(kp.splits, 8);
+        EXPECT_LE(kp.grid, t.sm_count);
+        EXPECT_EQ(kp.grid, (N + kp.gemv_bn - 1) / kp.gemv_bn * kp.splits);
+        EXPECT_LE(kp.smem + 2048, t.smem_per_block);
+        if (kp.splits > 1) {
+          EXPECT_GE(K, kp.splits * 2 * kp.gemv_stages * kp.gemv_bk);
+        }
+        // The narrowest column blocks that fit: half as wide would not.
+        if (kp.gemv_bn > 64) {
+          EXPECT_GT((N + kp.gemv_bn / 2 - 1) / (kp.gemv_bn / 2), t.sm_count);
+        }
+        EXPECT_NE(schedule_to_text(g, sched).find("gemv tma"), std::string::npos);
+      }
+  EXPECT_GT(planned, 100);
 }
 
 }  // namespace

@@ -959,35 +959,21 @@ struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
   }
 };
 
-// CLUSTER: gemv_cluster_launch (sm_90) with exactly `splits` CTAs per cluster, empty k-ranges
-// included; otherwise gemv_launch with the splits that are not empty.
-template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, bool CLUSTER = false,
-          class Epi>
-void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
-               const float* h_row_scale = nullptr, int repeats = 2) {
-  const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
-  const int k_chunk = gemv_k_chunk(K, splits);
-  const int real_splits = CLUSTER ? splits : ceil_div(K, k_chunk);
-  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq);
+// Runs `launch` (which enqueues one GEMV Y = epi(X W0 [, X W1]) on the given buffers) `repeats`
+// times on fresh random inputs with the output poisoned, and reports the worst relative L2 error
+// against a float64 CPU reference; the padding columns of out (N .. ldo) must stay NaN.
+template <typename T, typename TO, int NW, class Epi, class Launch>
+void check_gemv(const std::string& name, int M, int N, int K, int ldx, int ldw, int ldo,
+                const Launch& launch, const float* h_row_scale, int repeats) {
   DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
   DBuf<TO> dout(size_t(M) * ldo);
-  DBuf<float> dws(std::max<int64_t>(wsf, 1));
-  DBuf<int> dcnt(gemv_col_blocks(N, WN));
-  CK(cudaMemset(dcnt.p, 0, dcnt.n * sizeof(int)));
   double worst = 0;
   int bad_pad = 0;
-  // Repeated launches with fresh inputs: the split-K counters must have reset themselves.
   for (int rep = 0; rep < repeats; ++rep) {
     auto X = random_vec<T>(dX.n), W0 = random_vec<T>(dW0.n), W1 = random_vec<T>(dW1.n);
     dX.upload(X), dW0.upload(W0), dW1.upload(W1);
     dout.poison();
-    if constexpr (CLUSTER) {
-      CK((gemv_cluster_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
-          dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, splits, 0, epi)));
-    } else {
-      CK((gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(
-          dX.p, ldx, dW0.p, dW1.p, ldw, dout.p, ldo, M, N, K, real_splits, dws.p, dcnt.p, 0, epi)));
-    }
+    CK(launch(dX.p, dW0.p, dW1.p, dout.p));
     CK_LAUNCH();
     auto out = dout.download();
     std::vector<double> ref(out.size(), 0.0);
@@ -1021,11 +1007,37 @@ void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
     if (std::isnan(rel_l2(out, ref))) worst = NAN;
   }
   const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
+  report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
+}
+
+// CLUSTER: gemv_cluster_launch (sm_90) with exactly `splits` CTAs per cluster, empty k-ranges
+// included; otherwise gemv_launch with the splits that are not empty.
+template <typename T, typename TO, int MT, int NW, int WN, int WK, int U, bool CLUSTER = false,
+          class Epi>
+void test_gemv(int M, int N, int K, int splits, Epi epi, const char* epi_name,
+               const float* h_row_scale = nullptr, int repeats = 2) {
+  const int ldx = K + 4, ldw = N + 8, ldo = N + 8;
+  const int k_chunk = gemv_k_chunk(K, splits);
+  const int real_splits = CLUSTER ? splits : ceil_div(K, k_chunk);
+  const int64_t wsf = gemv_workspace_floats(N, WN, real_splits, MT, NW, Epi::kRowSumSq);
+  DBuf<float> dws(std::max<int64_t>(wsf, 1));
+  DBuf<int> dcnt(gemv_col_blocks(N, WN));
+  CK(cudaMemset(dcnt.p, 0, dcnt.n * sizeof(int)));
+  // Repeated launches with fresh inputs: the split-K counters must have reset themselves.
+  auto launch = [&](const T* X, const T* W0, const T* W1, TO* out) {
+    if constexpr (CLUSTER) {
+      return gemv_cluster_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(X, ldx, W0, W1, ldw, out, ldo, M,
+                                                                   N, K, splits, 0, epi);
+    } else {
+      return gemv_launch<T, TO, MT, NW, WN, WK, U, 1, Epi>(X, ldx, W0, W1, ldw, out, ldo, M, N, K,
+                                                           real_splits, dws.p, dcnt.p, 0, epi);
+    }
+  };
   char name[200];
   snprintf(name, sizeof name, "%s.%s_m%d_n%d_k%d_mt%d_nw%d_w%dx%d_u%d_splits%d_%s_%s",
            CLUSTER ? "gemv_cluster" : "gemv", tname<T>(), M, N, K, MT, NW, WN, WK, U, real_splits,
            tname<TO>(), epi_name);
-  report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
+  check_gemv<T, TO, NW, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, repeats);
 }
 
 static void test_gemv_all() {
@@ -1105,6 +1117,92 @@ static void test_gemv_cluster(const cudaDeviceProp& prop) {
                                        "rmsnorm");
   test_gemv<BF, BF, 2, 1, 4, 2, 2, true>(9, 520, 2048, 8, GemvRmsNorm{1.0f / 2048, 1e-6f},
                                          "rmsnorm");
+}
+
+// ---- gemv_tma.cuh ------------------------------------------------------------------------------
+
+// gemv_tma_launch with exactly `splits` CTAs per cluster (empty k-ranges included).
+template <typename T, typename TO, int MT, int NW, int BN, int BK, int ST, class Epi>
+void test_gemv_tma(int M, int N, int K, int splits, Epi epi, const char* epi_name,
+                   const float* h_row_scale = nullptr, int repeats = 2) {
+  const int ldx = K + 8, ldw = N + 8, ldo = N + 8;
+  auto launch = [&](const T* X, const T* W0, const T* W1, TO* out) {
+    return gemv_tma_launch<T, TO, MT, NW, BN, BK, ST, 1, Epi>(X, ldx, W0, W1, ldw, out, ldo, M, N,
+                                                              K, splits, 0, epi);
+  };
+  char name[200];
+  snprintf(name, sizeof name, "gemv_tma.%s_m%d_n%d_k%d_mt%d_nw%d_bn%d_bk%d_st%d_splits%d_%s_%s",
+           tname<T>(), M, N, K, MT, NW, BN, BK, ST, splits, tname<TO>(), epi_name);
+  check_gemv<T, TO, NW, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, repeats);
+}
+
+// The TMA-streamed GEMV: every cluster size, ragged N (not a multiple of BN) and K (not a multiple
+// of BK), M from 1 to 32, each column-block width and stage depth the planner uses, k-loops many
+// times the ring, empty k-ranges, bf16, f32 output, two weights, epilogue coordinates and the
+// fused rms_norm (row sums of squares across the CTAs of a cluster); launches that break the
+// preconditions are refused.
+static void test_gemv_tma_all(const cudaDeviceProp& prop) {
+  if (!device_has_wgmma(prop)) {
+    printf("SKIP gemv_tma (needs an sm_90 device and a build for sm_90a)\n");
+    return;
+  }
+  using H = __half;
+  using BF = __nv_bfloat16;
+  const GemvIdentity id;
+  for (int s = 1; s <= 8; ++s) test_gemv_tma<H, H, 1, 1, 64, 64, 4>(1, 4104, 4104, s, id, "id");
+  test_gemv_tma<H, H, 1, 1, 64, 64, 8>(5, 1032, 2056, 3, id, "id");
+  for (int s : {1, 2, 5, 8}) test_gemv_tma<H, H, 2, 1, 128, 64, 4>(16, 1000, 2048, s, id, "id");
+  for (int s : {1, 4, 7, 8}) test_gemv_tma<H, H, 4, 1, 64, 128, 4>(32, 520, 4104, s, id, "id");
+  test_gemv_tma<H, H, 4, 1, 128, 128, 4>(24, 1160, 3000, 1, id, "id");
+  test_gemv_tma<H, H, 4, 1, 256, 64, 4>(20, 1288, 3000, 2, id, "id");
+  test_gemv_tma<H, H, 2, 1, 64, 64, 2>(9, 200, 8200, 1, id, "id");  // 129 k-tiles, 2 stages
+  test_gemv_tma<H, H, 4, 1, 64, 64, 4>(27, 392, 520, 8, id, "id");  // 3 empty k-ranges
+  test_gemv_tma<BF, BF, 1, 1, 64, 64, 8>(8, 776, 1504, 6, id, "id");
+  test_gemv_tma<BF, float, 2, 1, 128, 64, 4>(11, 256, 2000, 2, id, "id");
+  test_gemv_tma<H, float, 1, 1, 64, 128, 4>(3, 136, 3072, 3, id, "id");
+  test_gemv_tma<H, H, 1, 2, 64, 64, 4>(1, 1032, 2048, 4, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<H, H, 1, 2, 64, 64, 8>(5, 1032, 1032, 8, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<H, H, 2, 2, 128, 64, 4>(16, 1032, 1024, 5, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<BF, BF, 2, 2, 64, 128, 4>(16, 264, 1024, 3, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<BF, BF, 2, 2, 64, 64, 4>(13, 264, 1544, 7, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<H, H, 4, 2, 128, 64, 4>(32, 1032, 2048, 7, GemvSiluMul(), "silu_mul");
+  test_gemv_tma<H, float, 4, 2, 64, 64, 4>(29, 1032, 2048, 1, GemvSiluMul(), "silu_mul");
+  std::vector<float> scale(32);
+  for (auto& s : scale) s = g_rng.range(0.5f, 2.0f);
+  DBuf<float> dscale(32);
+  dscale.upload(scale);
+  test_gemv_tma<H, float, 2, 1, 64, 64, 4>(13, 328, 1024, 3, GemvEpiCoords{dscale.p}, "coords",
+                                           scale.data());
+  test_gemv_tma<H, float, 4, 1, 128, 64, 4>(30, 200, 512, 4, GemvEpiCoords{dscale.p}, "coords",
+                                            scale.data());
+  test_gemv_tma<H, H, 1, 1, 64, 64, 8>(2, 1032, 4096, 1, GemvRmsNorm{1.0f / 4096, 1e-6f},
+                                       "rmsnorm");
+  test_gemv_tma<H, H, 1, 1, 64, 64, 8>(2, 1032, 4096, 6, GemvRmsNorm{1.0f / 4096, 1e-6f},
+                                       "rmsnorm");
+  test_gemv_tma<H, float, 4, 1, 64, 64, 4>(32, 264, 4104, 5, GemvRmsNorm{1.0f / 4104, 1e-6f},
+                                           "rmsnorm");
+  test_gemv_tma<H, H, 4, 1, 64, 128, 4>(32, 264, 4104, 8, GemvRmsNorm{1.0f / 4104, 1e-6f},
+                                        "rmsnorm");
+  test_gemv_tma<BF, BF, 2, 1, 128, 64, 4>(9, 520, 2048, 8, GemvRmsNorm{1.0f / 2048, 1e-6f},
+                                          "rmsnorm");
+  test_gemv_tma<H, H, 4, 1, 128, 128, 4>(17, 392, 1000, 2, GemvRmsNorm{1.0f / 1000, 1e-6f},
+                                         "rmsnorm");
+  test_gemv_tma<H, H, 4, 1, 64, 64, 8>(32, 6144, 4096, 1, GemvRmsNorm{1.0f / 4096, 1e-6f},
+                                       "rmsnorm", nullptr, 1);
+  {
+    DBuf<H> x(64 * 1032), w(1032 * 64), o(64 * 64);
+    const cudaError_t e9 =
+        gemv_tma_launch<H, H, 1, 1, 64, 64, 4>(x.p, 1032, w.p, w.p, 64, o.p, 64, 8, 64, 1024, 9, 0);
+    const cudaError_t eld =
+        gemv_tma_launch<H, H, 1, 1, 64, 64, 4>(x.p, 1028, w.p, w.p, 64, o.p, 64, 8, 64, 1024, 1, 0);
+    const cudaError_t em =
+        gemv_tma_launch<H, H, 1, 1, 64, 64, 4>(x.p, 1032, w.p, w.p, 64, o.p, 64, 9, 64, 1024, 1, 0);
+    CK(cudaGetLastError());
+    report(
+        "gemv_tma.refuses_bad_launches",
+        e9 == cudaErrorInvalidValue && eld == cudaErrorInvalidValue && em == cudaErrorInvalidValue,
+        "splits 9: %d, ldx 1028: %d, M 9 > 8 MT: %d", int(e9), int(eld), int(em));
+  }
 }
 
 // ---- Timing ------------------------------------------------------------------------------------
@@ -1359,6 +1457,8 @@ int main() {
   test_gemv_all();
   stage("gemv_cluster");
   test_gemv_cluster(prop);
+  stage("gemv_tma");
+  test_gemv_tma_all(prop);
   if (!getenv("KILN_SKIP_TIMING")) {
     stage("timing", 120);
     timing(prop);

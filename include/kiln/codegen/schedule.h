@@ -154,9 +154,10 @@ struct KernelPlan {
   std::shared_ptr<const ContractionPlan> contraction;
   // Graph-defined ops that are attention's two-contraction chain (attention.h): run through the
   // runtime's TMA + wgmma attention kernel (strategy "wgmma attention"), each block of the graph
-  // as mt / 64 CTAs of one consumer warpgroup, keys in chunks of attn_chunk.
+  // as mt / 64 CTAs of attn_key_split consumer warpgroups that split its keys, keys in chunks of
+  // attn_chunk.
   std::shared_ptr<const AttentionPlan> attention;
-  int attn_chunk = 64, attn_stages = 4, attn_min_blocks = 2;
+  int attn_chunk = 64, attn_stages = 4, attn_min_blocks = 2, attn_key_split = 1;
   // Predefined matmul / reductions: launch parameters the emitter needs.
   int64_t grid = 0;
   int threads = 0;
@@ -166,6 +167,11 @@ struct KernelPlan {
   int gemv_min_blocks = 2;                 // gemv __launch_bounds__ blocks per SM
   int gemv_unroll = 2;                     // gemv k-steps of loads in flight per warp
   bool gemv_cluster = false;               // gemv split-K across a cluster (sm_90a, splits <= 8)
+  // The TMA-streamed GEMV (runtime gemv_tma.cuh, sm_90a): BN columns per block, BK rows of K per
+  // stage, `gemv_stages` stages; split-K (splits) across a cluster. The gemv_warps_* / unroll /
+  // min_blocks / cluster fields above do not apply to it.
+  bool gemv_tma = false;
+  int gemv_bn = 64, gemv_bk = 64, gemv_stages = 8;
   // Fusion across kernel-graph ops (predefined ops only). fused_into >= 0: this op has no kernel
   // of its own; the kernel of op fused_into does its work. prologue_op >= 0: this kernel does
   // the work of op prologue_op on its inputs (a weightless rms_norm before a GEMV, an elementwise

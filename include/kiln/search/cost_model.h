@@ -38,12 +38,14 @@ struct CostConstants {
   double run_overhead = 8;             // DRAM bytes lost per contiguous run (fitted)
   double l2_capacity = 50e6;           // L2 bytes: larger tensors stream through it
   double l2_miss = 0.33;  // re-reads by other blocks of a tensor larger than L2 that miss (fitted)
+  double mma_sync_fraction = 1.0;  // generic block kernels' tensor rate / the target's (wgmma)
 };
 const CostConstants& cost_constants(Arch a);
 
 struct KernelCost {
   std::string name;
   bool graph_defined = false;
+  bool lowered = false;  // a graph-defined kernel run as a runtime kernel (contraction, attention)
   int64_t blocks = 1, iterations = 1, waves = 1;
   int blocks_per_sm = 1;
   int pipeline_stages = 1, coarsen = 1;  // the emitter's cp.async ring (codegen/schedule.h)

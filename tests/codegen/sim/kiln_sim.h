@@ -762,6 +762,19 @@ inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, con
       X, ldx, W0, W1, ldw, out, ldo, M, N, K, splits, nullptr, nullptr, stream, epi);
 }
 
+// The TMA-streamed GEMV computes the same function (its own k order, as any tiling).
+template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS = 1,
+          class Epi = GemvIdentity>
+inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T* W1, int64_t ldw,
+                                   TO* out, int64_t ldo, int M, int N, int K, int splits,
+                                   cudaStream_t stream, Epi epi = Epi()) {
+  if (splits < 1 || splits > 8) kiln_sim::fail("gemv_tma: splits outside 1..8");
+  if (MT != 1 && MT != 2 && MT != 4) kiln_sim::fail("gemv_tma: MT not in {1, 2, 4}");
+  if (ldx % 8 != 0 || ldw % 8 != 0 || N % 8 != 0) kiln_sim::fail("gemv_tma: TMA strides");
+  return gemv_launch<T, TO, MT, NW, 1, 4, 1, MIN_BLOCKS, Epi>(
+      X, ldx, W0, W1, ldw, out, ldo, M, N, K, splits, nullptr, nullptr, stream, epi);
+}
+
 template <typename T, int NB, int STAGES>
 struct WgmmaGemmWS {
   using Elem = T;
