@@ -454,7 +454,7 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     }
     L.line("if (err != cudaSuccess) return err;");
   } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
-    L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 4>, {}, "
+    L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6>, {}, "
         "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
         "kiln::rt::WgmmaEpiIdentity(), stream);",
         TA, TO, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
@@ -521,7 +521,7 @@ void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   K.line("");
 
   const int nb = static_cast<int>(c.b.size());
-  const int stages = nb == 1 ? 4 : 3;
+  const int stages = nb == 1 ? 6 : 4;  // the measured best (runtime/wgmma.cuh, WgmmaGemmWS)
   std::vector<std::string> epi_args;
   for (int e : c.epi_inputs) epi_args.push_back(x.ptr(op.inputs[e]));
   Code& L = x.launch;

@@ -1698,7 +1698,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
             }
           } else if (tc && batch == 1 && M > 64 && t.arch == Arch::Sm90a) {
             // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
-            kp.strategy = "wgmma_ws 128x128x64 s4";
+            kp.strategy = "wgmma_ws 128x128x64 s6";
             kp.threads = 384;
             kp.grid = ceil_div(N, 128) * ceil_div(M, 128);
           } else if (tc) {

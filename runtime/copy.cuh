@@ -225,6 +225,42 @@ KILN_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// Arrives on the mbarrier at bar's offset in CTA `rank` of this cluster (this CTA included). The
+// release is at CTA scope (the default): enough to hand a stage back whose readers were wgmma or
+// the copy engine (complete once wgmma_wait / the barrier says so), without the cluster-wide
+// fence of a .release.cluster arrive. Cluster launches only.
+KILN_DEV void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+#if KILN_RT_SM90
+  asm volatile(
+      "{\n .reg .b32 ra;\n mapa.shared::cluster.u32 ra, %0, %1;\n"
+      " mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// This CTA's rank in its cluster (0 without a cluster launch).
+KILN_DEV uint32_t cluster_ctarank() {
+#if KILN_RT_SM90
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+#else
+  __trap();
+  return 0;
+#endif
+}
+// Every thread of every CTA of the cluster arrives (release) and waits (acquire); unlike the
+// .aligned forms, threads of a warp may reach it apart (after divergent roles).
+KILN_DEV void cluster_sync_all() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // Orders this thread's earlier ordinary shared-memory writes before later async-proxy accesses
 // (bulk copies reading shared memory, wgmma operands). Each writing thread issues it, then a
 // barrier, then the copy.

@@ -73,6 +73,37 @@ KILN_DEV void tma_load_2d_hint(void* smem_dst, const TmaDesc* desc, int row, int
 #endif
 }
 
+// tma_load_2d multicast to the CTAs of this cluster whose bit is set in cta_mask (this one
+// included if its bit is set): the box lands at smem_dst's offset in each of them and completes
+// its bytes on the mbarrier at bar's offset in each. Cluster launches only.
+KILN_DEV void tma_load_2d_multicast(void* smem_dst, const TmaDesc* desc, int row, int col,
+                                    uint64_t* bar, uint16_t cta_mask) {
+#if KILN_RT_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_u32(smem_dst)),
+      "l"(desc), "r"(col), "r"(row), "r"(smem_u32(bar)), "h"(cta_mask)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Stores the box at smem_src (the layout tma_load_2d writes) to the matrix with its top-left
+// element at (row, col), in this thread's current bulk group (bulk_commit, bulk_wait_read,
+// bulk_wait of copy.cuh); what lies outside the matrix is not written. Precede it with
+// fence_proxy_async_smem() in each thread that wrote the box, then a barrier.
+KILN_DEV void tma_store_2d(const TmaDesc* desc, const void* smem_src, int row, int col) {
+#if KILN_RT_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(desc),
+      "r"(col), "r"(row), "r"(smem_u32(smem_src))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Fetches the descriptor into the copy engine's cache ahead of the first copy (optional).
 KILN_DEV void tma_prefetch_desc(const TmaDesc* desc) {
 #if KILN_RT_SM90

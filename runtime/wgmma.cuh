@@ -749,28 +749,53 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     }
 }
 
-// ---- Warp-specialized block GEMM (TMA + mbarriers) -------------------------------------------
+// ---- Warp-specialized persistent block GEMM (TMA + mbarriers, clusters) ----------------------
 //
 // C[M, N] = epi(A B0, A B1, m, n) with one (NB = 1) or two (NB = 2, e.g. silu(X W1) * (X W2))
-// weights sharing A. Block tile 128 x 128 x 64, three warpgroups: warpgroup 0 produces (one
-// thread issues TMA loads of A and the B panels into a STAGES-deep ring of 128B-swizzled stages,
-// posting bytes on full[s]); warpgroups 1 and 2 consume rows 0-63 and 64-127 (wgmma, one
-// committed batch per k-tile, releasing the previous stage on empty[s] once wgmma_wait<1> says
-// its batch is done, so the tensor cores never wait for a barrier). setmaxnreg moves registers
-// from the producer (40) to the consumers (232). Any M, N, K (TMA zero-fills the edges);
-// lda, ldb multiples of 8, A and B 16-byte aligned. Epi: float(float v0, float v1, int m, int n)
-// const (v1 = 0 when NB = 1).
-template <typename T, int NB, int STAGES>
+// weights sharing A. Output tiles of 128 x 128, k-tiles of 64, three warpgroups:
+//   warpgroup 0 produces: one thread issues TMA loads of A (128 x 64) and the B panels (64 x 64,
+//     NB * 2 of them) into a STAGES-deep ring of 128B-swizzled stages, posting bytes on full[s];
+//   warpgroups 1 and 2 consume rows 0-63 and 64-127 of the tile: per k-tile one committed batch
+//     of 4 wgmmas m64nNk16 with N = 128 NB (for NB = 2 one instruction covers both weights: the
+//     stage's four B panels are evenly spaced, so they form one 64 x 256 B operand), then
+//     wgmma_wait<1> and the release of the previous stage on empty[s] (the tensor cores never
+//     wait for a barrier).
+// The grid is persistent: each CTA (or cluster) walks output tiles blockIdx-strided in a raster
+// grouped along M (group_m cluster rows per group, so that the tiles in flight share A rows and B
+// columns in L2), and the producer streams the next tile's stages while the consumers run the
+// epilogue. With CLUSTER = 2 the two CTAs of a cluster take vertically adjacent tiles (the same
+// columns) and each loads half of the B panels once, multicast into both CTAs' stages; a stage is
+// refilled only after both CTAs' consumers released it (empty[s] counts 2 * CLUSTER arrivals,
+// the remote ones through the cluster's shared memory). The epilogue of 16-bit outputs goes
+// through shared memory (128B-swizzled 64 x 64 boxes, conflict-free) and TMA stores that run
+// while the next tile computes; f32 outputs, or a C that TMA cannot address (ldc * sizeof(TO) not
+// a multiple of 16, C not 16-byte aligned), take direct 4-/8-byte stores. epi is called only for
+// elements inside [M, N]. setmaxnreg moves registers from the producer (40) to the consumers
+// (232). Any M, N, K >= 1 (TMA zero-fills the edges); lda, ldb multiples of 8, A and B 16-byte
+// aligned. Epi: float(float v0, float v1, int m, int n) const (v1 = 0 when NB = 1).
+//
+// Defaults measured on the H100 (tests/gpu/gemm_ws_bench.cu): two weights take CLUSTER = 2 with
+// 4 stages (4096^3 f16 386 us, as CLUSTER 1; on rows that are not 128-byte aligned, 4000 x 4040 x
+// 4000, 388 us against 485: halving the B traffic matters there; 3 stages with CLUSTER 2: 423
+// us); one weight takes CLUSTER = 1 with 6 stages (4096^3 197 us; CLUSTER 2: 222 us).
+template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1)>
 struct WgmmaGemmWS {
   static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
+  static constexpr int kCluster = CLUSTER;
   static constexpr int kThreads = 384;
   using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
   using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
   static constexpr int kBBytes = 2 * PanelB::kBytes;  // one weight's 64 x 128 stage
   static constexpr int kStageBytes = TileA::kBytes + NB * kBBytes;
-  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+  static constexpr int kRingBytes = STAGES * kStageBytes;
+  // Epilogue staging of a 16-bit 128 x 128 output tile (two 64 x 64 boxes per consumer), kept
+  // when it fits next to the ring (1024 bytes left for the static mbarriers and their alignment).
+  static constexpr int kCBytes = kBM * kBN * 2;
+  static constexpr bool kStageC = kRingBytes + 1024 + kCBytes + 1024 <= 227 * 1024;
+  static constexpr int kSmemBytes = kRingBytes + 1024 + (kStageC ? kCBytes : 0);
   static_assert(NB == 1 || NB == 2, "one or two weights");
-  static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kSmemBytes + 1024 <= 227 * 1024, "too many stages for shared memory");
 };
 
 struct WgmmaEpiIdentity {
@@ -792,112 +817,201 @@ KILN_DEV void setmaxnreg_dec_40() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 #endif
 }
+// Barrier `id` (1..15; 0 is __syncthreads') over the first `threads` threads that reach it, a
+// multiple of 32 (e.g. one warpgroup).
+KILN_DEV void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The output tile that cluster tile u of wgmma_ws_gemm_kernel's walk maps to: groups of group_m
+// cluster rows (CLUSTER tile rows each), column-major inside a group; this CTA takes tile row
+// CLUSTER * row + rank.
+KILN_DEV void wgmma_ws_tile(int u, int crows, int ntn, int group_m, int cluster, int rank, int* m0,
+                            int* n0) {
+  const int per_group = group_m * ntn, grp = u / per_group, first = grp * group_m;
+  const int rows = min_i(crows - first, group_m), r = u - grp * per_group;
+  *m0 = ((first + r % rows) * cluster + rank) * 128;
+  *n0 = (r / rows) * 128;
+}
 
 template <class G, typename TO, class Epi>
 __global__ void __launch_bounds__(384, 1)
     wgmma_ws_gemm_kernel(const __grid_constant__ TmaDesc map_a,
                          const __grid_constant__ TmaDesc map_b0,
-                         const __grid_constant__ TmaDesc map_b1, TO* C, int64_t ldc, int M, int N,
-                         int K, Epi epi) {
+                         const __grid_constant__ TmaDesc map_b1,
+                         const __grid_constant__ TmaDesc map_c, TO* C, int64_t ldc, int M, int N,
+                         int K, int group_m, int tma_store, Epi epi) {
   using T = typename G::TileA::Elem;
   using TileA = typename G::TileA;
   using PanelB = typename G::PanelB;
-  constexpr int S = G::kStages, NB = G::kNB;
+  constexpr int S = G::kStages, NB = G::kNB, CL = G::kCluster, BN = 128 * NB;
+  constexpr bool kSmemC = G::kStageC && sizeof(TO) == 2;
   extern __shared__ __align__(1024) char wgmma_ws_smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
   char* smem = wgmma_ws_smem_raw + ((1024 - (smem_u32(wgmma_ws_smem_raw) & 1023)) & 1023);
   const int tid = threadIdx.x, wg = tid >> 7;
-  const int m0 = blockIdx.y * G::kBM, n0 = blockIdx.x * G::kBN;
+  const int rank = CL > 1 ? int(cluster_ctarank()) : 0;
+  const int ntn = ceil_div(N, G::kBN), crows = ceil_div(ceil_div(M, G::kBM), CL);
+  const int tiles = crows * ntn, cid = blockIdx.x / CL, nclusters = gridDim.x / CL;
   const int ktiles = ceil_div(K, G::kBK);
   auto stage = [&](int s) { return smem + s * G::kStageBytes; };
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2);  // one arrival per consumer warpgroup
+      mbar_init(&empty[s], 2 * CL);  // one arrival per consumer warpgroup of the cluster
     }
     fence_mbar_init();
   }
-  __syncthreads();
+  // The peer's copies and arrivals target these barriers: all initialized before any is issued.
+  if constexpr (CL > 1) {
+    cluster_sync_all();
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {
-    // Producer. No block-wide barrier may follow the role split.
+    // Producer. No block-wide barrier may follow the role split (only the final cluster one).
     setmaxnreg_dec_40();
     if (tid == 0) {
       tma_prefetch_desc(&map_a);
       tma_prefetch_desc(&map_b0);
       if (NB > 1) tma_prefetch_desc(&map_b1);
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % S;
-        if (kt >= S) mbar_wait(&empty[s], ((kt / S) - 1) & 1);  // consumers released it
-        char* p = stage(s);
-        mbar_arrive_expect_tx(&full[s], G::kStageBytes);
-        tma_load_2d(p, &map_a, m0, kt * G::kBK, &full[s]);
+      int s = 0, it = 0;
+      uint32_t ph = 0;
+      for (int u = cid; u < tiles; u += nclusters) {
+        int m0, n0;
+        wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          if (it >= S) mbar_wait(&empty[s], ph ^ 1);  // every consumer released round it/S - 1
+          char* p = stage(s);
+          mbar_arrive_expect_tx(&full[s], G::kStageBytes);
+          tma_load_2d(p, &map_a, m0, kt * G::kBK, &full[s]);
 #pragma unroll
-        for (int v = 0; v < NB; ++v) {
-          const TmaDesc* mb = v == 0 ? &map_b0 : &map_b1;
-          char* pb = p + TileA::kBytes + v * G::kBBytes;
-          tma_load_2d(pb, mb, kt * G::kBK, n0, &full[s]);
-          tma_load_2d(pb + PanelB::kBytes, mb, kt * G::kBK, n0 + 64, &full[s]);
+          for (int j = 0; j < 2 * NB; ++j) {  // B panel j: weight j / 2, columns n0 + 64 (j % 2)
+            if (j % CL != rank) continue;
+            const TmaDesc* mb = j < 2 ? &map_b0 : &map_b1;
+            char* pb = p + TileA::kBytes + j * PanelB::kBytes;
+            if constexpr (CL > 1) {
+              tma_load_2d_multicast(pb, mb, kt * G::kBK, n0 + 64 * (j & 1), &full[s],
+                                    uint16_t((1u << CL) - 1));
+            } else {
+              tma_load_2d(pb, mb, kt * G::kBK, n0 + 64 * (j & 1), &full[s]);
+            }
+          }
+          if (++s == S) s = 0, ph ^= 1;
         }
       }
     }
   } else {
     setmaxnreg_inc_232();
     const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
-    float d0[64], d1[NB > 1 ? 64 : 1];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) d0[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < (NB > 1 ? 64 : 1); ++i) d1[i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int s = kt % S;
-      mbar_wait(&full[s], (kt / S) & 1);
-      const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
-      const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < G::kBK / 16; ++kk) {
-        const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
-        wgmma_m64n128k16<T>(d0, da, wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024));
-        if constexpr (NB > 1)
-          wgmma_m64n128k16<T>(
-              d1, da, wgmma_desc_sw128(b_base + G::kBBytes + kk * 2048, PanelB::kBytes, 1024));
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
-      if (kt > 0 && (tid & 127) == 0) mbar_arrive(&empty[(kt - 1) % S]);
-    }
-    wgmma_wait<0>();
-    wgmma_fence_acc(d0);
-    if constexpr (NB > 1) wgmma_fence_acc(d1);
-
     const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const bool leader = (tid & 127) == 0;
+    auto release = [&](int s) {
+      if (!leader) return;
+      if constexpr (CL > 1) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+        for (int r = 0; r < CL; ++r) mbar_arrive_cluster(&empty[s], r);
+      } else {
+        mbar_arrive(&empty[s]);
+      }
+    };
+    char* cbuf = smem + G::kRingBytes + c * (G::kCBytes / 2);  // two 64 x 64 boxes (kSmemC)
+    float d[BN / 2];  // d[0, 64): A B0; d[64, 128): A B1 (NB = 2)
+    int s = 0;
+    uint32_t ph = 0;
+    for (int u = cid; u < tiles; u += nclusters) {
+      int m0, n0;
+      wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
+      int prev = 0;
+      for (int kt = 0; kt < ktiles; ++kt) {
+        mbar_wait(&full[s], ph);
+        const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
+        const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
+        wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = m0 + c * 64 + 16 * w + g + 8 * h, col = n0 + 8 * i + 2 * t;
-        if (r >= M || col >= N) continue;
-        const int q = 4 * i + 2 * h;
-        const float v00 = d0[q], v01 = d0[q + 1];
-        const float v10 = NB > 1 ? d1[NB > 1 ? q : 0] : 0.0f;
-        const float v11 = NB > 1 ? d1[NB > 1 ? q + 1 : 0] : 0.0f;
-        TO* p = C + r * ldc + col;
-        const float y0 = epi(v00, v10, r, col);
-        if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
-          const float y1 = epi(v01, v11, r, col + 1);
-          if constexpr (sizeof(TO) == 4) {
-            *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
-          } else {
-            *reinterpret_cast<uint32_t*>(p) = pack2<TO>(y0, y1);
+        for (int kk = 0; kk < G::kBK / 16; ++kk) {
+          const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
+          const uint64_t db = wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024);
+          wgmma_ss<T, BN, 1>(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);  // k-tile 0 overwrites
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
+        if (kt > 0) release(prev);
+        prev = s;
+        if (++s == S) s = 0, ph ^= 1;
+      }
+      wgmma_wait<0>();
+      wgmma_fence_acc(d);
+      release(prev);
+
+      const int row0 = m0 + 64 * c;
+      if (row0 >= M) continue;  // a cluster's tile row past the end (odd number of tile rows)
+      bool staged = false;
+      if constexpr (kSmemC) {
+        staged = tma_store != 0;
+        if (staged) {
+          // The previous tile's stores have read the boxes; then every thread writes its pairs,
+          // 128B-swizzled (16-byte chunk i % 8 of row r at chunk (i % 8) ^ (r % 8)), so the 8 rows
+          // x 4 threads of one store land in 32 distinct banks.
+          if (leader) bulk_wait_read<0>();
+          named_barrier_sync(1 + c, 128);
+          const uint32_t cb = smem_u32(cbuf);
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 16 * w + g + 8 * h, col = 8 * i + 2 * t, q = 4 * i + 2 * h;
+              const int gm = row0 + r, gn = n0 + col;
+              const bool in = gm < M && gn < N, in1 = gm < M && gn + 1 < N;
+              const float y0 =
+                  in ? epi(d[q], NB > 1 ? d[(64 + q) % (BN / 2)] : 0.0f, gm, gn) : 0.0f;
+              const float y1 =
+                  in1 ? epi(d[q + 1], NB > 1 ? d[(65 + q) % (BN / 2)] : 0.0f, gm, gn + 1) : 0.0f;
+              const uint32_t addr = cb + (i >> 3) * 8192 + r * 128 + (((i & 7) ^ g) << 4) + 4 * t;
+              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2<TO>(y0, y1))
+                           : "memory");
+            }
+          fence_proxy_async_smem();  // the copy engine reads what the stores wrote
+          named_barrier_sync(1 + c, 128);
+          if (leader) {
+            tma_store_2d(&map_c, cbuf, row0, n0);
+            if (n0 + 64 < N) tma_store_2d(&map_c, cbuf + 8192, row0, n0 + 64);
+            bulk_commit();
           }
-        } else {
-          p[0] = from_f32<TO>(y0);
-          if (col + 1 < N) p[1] = from_f32<TO>(epi(v01, v11, r, col + 1));
         }
       }
+      if (!staged) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row0 + 16 * w + g + 8 * h, col = n0 + 8 * i + 2 * t;
+            if (r >= M || col >= N) continue;
+            const int q = 4 * i + 2 * h;
+            const float v10 = NB > 1 ? d[(64 + q) % (BN / 2)] : 0.0f;
+            const float v11 = NB > 1 ? d[(65 + q) % (BN / 2)] : 0.0f;
+            TO* p = C + r * ldc + col;
+            const float y0 = epi(d[q], v10, r, col);
+            if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
+              const float y1 = epi(d[q + 1], v11, r, col + 1);
+              if constexpr (sizeof(TO) == 4) {
+                *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
+              } else {
+                *reinterpret_cast<uint32_t*>(p) = pack2<TO>(y0, y1);
+              }
+            } else {
+              p[0] = from_f32<TO>(y0);
+              if (col + 1 < N) p[1] = from_f32<TO>(epi(d[q + 1], v11, r, col + 1));
+            }
+          }
+      }
+    }
+    if (kSmemC && tma_store && leader) bulk_wait<0>();  // the last stores done before exit
   }
+  // No CTA leaves while its peer may still arrive on its barriers or multicast into it.
+  if constexpr (CL > 1) cluster_sync_all();
 }
 
 #ifndef __CUDACC_RTC__
@@ -917,27 +1031,70 @@ inline cudaError_t wgmma_gemm_launch(const typename G::TileA::Elem* A, int64_t l
   return cudaGetLastError();
 }
 
-// Encodes the tensor maps and launches wgmma_ws_gemm_kernel; grid (ceil(N / 128),
-// ceil(M / 128)). B1 is read only when G::kNB == 2. sm_90a only.
+// Tuning knobs of wgmma_ws_gemm_launch, for measurement tools (defaults otherwise).
+struct WgmmaWsTuning {
+  int group_m = 8;        // cluster rows per raster group
+  bool tma_store = true;  // stage 16-bit outputs through shared memory + TMA stores
+  int max_clusters = 0;   // persistent grid size cap (0: as many as fit at once)
+};
+
+// Encodes the tensor maps and launches wgmma_ws_gemm_kernel: a persistent grid of
+// min(cluster tiles, clusters resident at once) clusters of G::kCluster CTAs. B1 is read only when
+// G::kNB == 2. sm_90a only. The number of resident clusters is asked once per instantiation (one
+// GPU per process assumed), so later launches can be captured in CUDA graphs.
 template <class G, typename TO, class Epi>
 inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_t lda,
                                         const typename G::TileA::Elem* B0,
                                         const typename G::TileA::Elem* B1, int64_t ldb, TO* C,
                                         int64_t ldc, int M, int N, int K, Epi epi,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream,
+                                        const WgmmaWsTuning& tune = WgmmaWsTuning()) {
   cudaError_t e = require_sm90();
   if (e != cudaSuccess) return e;
-  TmaDesc ma, mb0, mb1;
+  if (M < 1 || N < 1 || K < 1) return cudaErrorInvalidValue;
+  TmaDesc ma, mb0, mb1, mc;
   e = tma_encode_2d(&ma, A, M, K, lda, G::kBM, G::kBK, true);
   if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
   if (e == cudaSuccess) e = tma_encode_2d(&mb1, G::kNB > 1 ? B1 : B0, K, N, ldb, G::kBK, 64, true);
   if (e != cudaSuccess) return e;
+  int tma_store = 0;
+  if (G::kStageC && sizeof(TO) == 2 && tune.tma_store)
+    tma_store = tma_encode_2d(&mc, C, M, N, ldc, 64, 64, true) == cudaSuccess ? 1 : 0;
+  if (!tma_store) mc = ma;  // unused
   constexpr auto kernel = wgmma_ws_gemm_kernel<G, TO, Epi>;
   e = raise_smem_limit_once<kernel>(G::kSmemBytes);
   if (e != cudaSuccess) return e;
-  dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
-  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(ma, mb0, mb1, C, ldc, M, N, K, epi);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = G::kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(G::kThreads);
+  cfg.dynamicSmemBytes = G::kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = G::kCluster > 1 ? 1 : 0;
+  static int resident = 0;  // clusters resident at once on this GPU
+  if (resident == 0) {
+    if (G::kCluster > 1) {
+      cfg.gridDim = dim3(G::kCluster);
+      e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
+    } else {
+      int dev = 0;
+      e = cudaGetDevice(&dev);
+      if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&resident, cudaDevAttrMultiProcessorCount, dev);
+    }
+    if (e != cudaSuccess) return e;
+    if (resident < 1) return cudaErrorInvalidConfiguration;
+  }
+  const int tiles = ceil_div(ceil_div(M, G::kBM), G::kCluster) * ceil_div(N, G::kBN);
+  int clusters = min_i(tiles, resident);
+  if (tune.max_clusters > 0) clusters = min_i(clusters, tune.max_clusters);
+  cfg.gridDim = dim3(clusters * G::kCluster);
+  return cudaLaunchKernelEx(&cfg, kernel, ma, mb0, mb1, mc, C, ldc, M, N, K, max_i(1, tune.group_m),
+                            tma_store, epi);
 }
 #endif  // __CUDACC_RTC__
 

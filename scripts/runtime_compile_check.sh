@@ -42,7 +42,7 @@ if ls "$cuda_root"/lib64/libnvrtc.so* >/dev/null 2>&1 || ls "$cuda_root"/lib/lib
       "kiln::rt::gemv_tma_kernel<__nv_bfloat16, float, 1, 2, 128, 64, 4, 1, kiln::rt::GemvSiluMul>" \
       "kiln::rt::gemm_kernel<kiln::rt::GemmConfig<__half, 128, 128, 32, 2, 4, 3>, __half, NvrtcGemmEpi>" \
       "kiln::rt::wgmma_gemm_kernel<kiln::rt::WgmmaGemm<__half, 2, 4>, __half, NvrtcGemmEpi>" \
-      "kiln::rt::wgmma_ws_gemm_kernel<kiln::rt::WgmmaGemmWS<__half, 2, 3>, __half, kiln::rt::WgmmaEpiSiluMul>" ||
+      "kiln::rt::wgmma_ws_gemm_kernel<kiln::rt::WgmmaGemmWS<__half, 2, 4>, __half, kiln::rt::WgmmaEpiSiluMul>" ||
       { echo "runtime_compile_check: nvrtc $arch FAILED"; exit 1; }
   done
 else

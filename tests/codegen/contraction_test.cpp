@@ -90,7 +90,7 @@ TEST(Contraction, PlannerAndEmitterUseIt) {
   Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
   ASSERT_TRUE(s.kernels[0].contraction);
   std::string cu = emit_cuda(g);
-  EXPECT_NE(cu.find("WgmmaGemmWS<__half, 2, 3>"), std::string::npos);
+  EXPECT_NE(cu.find("WgmmaGemmWS<__half, 2, 4>"), std::string::npos);
   EXPECT_NE(cu.find("kiln::rt::Silu"), std::string::npos);
   // On sm_80 the same graph takes the generic block-graph path.
   Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
