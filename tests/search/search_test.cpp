@@ -32,6 +32,25 @@ TEST(Search, FindsOneFusedVerifiedKernelForGatedMlp) {
   EXPECT_GT(r.stats.lowered, 0);
 }
 
+// A spec that uses one tensor in two roles (X X^T) is searched, not rejected: every candidate
+// has the spec's outputs and the winner is verified (it was a user error, exit 2, when a
+// schedule gridded X's rows for both operands).
+TEST(Search, OneTensorInTwoRolesGivesVerifiedCandidates) {
+  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  EXPECT_EQ(r.stop, StopReason::Exhausted);
+  EXPECT_EQ(r.stats.rejected, 0);
+  for (const Candidate& c : r.ranked) {
+    EXPECT_TRUE(c.verified) << c.verdict;
+    EXPECT_EQ(c.graph.tensor(c.graph.outputs[0]).shape, (Shape{64, 64}));
+  }
+  EXPECT_TRUE(
+      std::any_of(r.ranked.begin(), r.ranked.end(), [](const Candidate& c) { return !c.is_spec; }));
+}
+
 // The ranking: the model's cheapest first; then every launch shape's cheapest before any repeat
 // of a shape, each part in cost order.
 TEST(Search, RanksEachShapesCheapestFirst) {
