@@ -294,6 +294,9 @@ PGraph expand_spec(const KernelGraph& spec) {
     node_of[op.outputs[0]] = out;
   }
   for (int t : spec.outputs) g.outputs.push_back(node_of[t]);
+  // The spec's function is its outputs: a node none of them depends on is not computed (left in,
+  // it would fail the abstract-expression check of every variant, which prunes the whole search).
+  remove_dead(g);
   assign_labels(g);
   return g;
 }

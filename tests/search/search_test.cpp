@@ -32,6 +32,24 @@ TEST(Search, FindsOneFusedVerifiedKernelForGatedMlp) {
   EXPECT_GT(r.stats.lowered, 0);
 }
 
+// A node no output depends on does not stop the search: it is dropped from the primitive graph
+// (the outputs are the spec's function). It used to fail the abstract-expression check of the
+// whole variant, so only the spec itself, dead kernel included, was ever a candidate.
+TEST(Search, ADeadNodeIsDroppedNotSearched) {
+  KernelGraph spec = parse_spec(R"({"name": "dead", "inputs": [
+      {"name": "X", "shape": [4, 64], "dtype": "f16"},
+      {"name": "U", "shape": [4, 64], "dtype": "f16"}],
+    "nodes": [{"name": "A", "op": "exp", "inputs": ["X"]},
+              {"name": "D", "op": "neg", "inputs": ["U"]},
+              {"name": "O", "op": "relu", "inputs": ["A"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  const Candidate& b = r.best();
+  EXPECT_FALSE(b.is_spec);
+  EXPECT_TRUE(b.verified) << b.verdict;
+  EXPECT_EQ(b.graph.num_kernels(), 1);
+  EXPECT_EQ(r.stats.pruned.count("expr"), 0u);
+}
+
 // A spec that uses one tensor in two roles (X X^T) is searched, not rejected: every candidate
 // has the spec's outputs and the winner is verified (it was a user error, exit 2, when a
 // schedule gridded X's rows for both operands).

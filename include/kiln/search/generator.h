@@ -73,7 +73,8 @@ struct PGraph {
   DType device_dtype(int n) const { return nodes[n].split > 0 ? DType::F32 : nodes[n].dtype; }
 };
 
-// Expands a spec (a kernel graph of predefined ops) into primitives and labels its dims.
+// Expands a spec (a kernel graph of predefined ops) into primitives, drops the nodes no output
+// depends on (inputs stay), and labels the dims.
 PGraph expand_spec(const KernelGraph& spec);
 // Recomputes labels of a graph after a rewrite.
 void assign_labels(PGraph& g);
