@@ -50,6 +50,23 @@ TEST(Search, ADeadNodeIsDroppedNotSearched) {
   EXPECT_EQ(r.stats.pruned.count("expr"), 0u);
 }
 
+// A node computed from constants alone (2 + 0.25) has no tensor to read: it is never a kernel of
+// its own (a one-kernel graph of it would have no input, which the search used to build for
+// costing and rejected as a user error, exit 2), only part of a consumer's kernel.
+TEST(Search, ANodeOfConstantsAloneIsFusedIntoItsConsumer) {
+  KernelGraph spec = parse_spec(R"({"name": "cf", "inputs": [
+      {"name": "X", "shape": [4, 40], "dtype": "f16"}],
+    "nodes": [{"name": "a", "op": "constant", "attrs": {"value": 2.0}},
+              {"name": "b", "op": "constant", "attrs": {"value": 0.25}},
+              {"name": "s", "op": "add", "inputs": ["a", "b"]},
+              {"name": "O", "op": "mul", "inputs": ["X", "s"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  const Candidate& b = r.best();
+  EXPECT_TRUE(b.verified) << b.verdict;
+  EXPECT_FALSE(b.is_spec);
+  EXPECT_EQ(b.graph.num_kernels(), 1);
+}
+
 // A spec that uses one tensor in two roles (X X^T) is searched, not rejected: every candidate
 // has the spec's outputs and the winner is verified (it was a user error, exit 2, when a
 // schedule gridded X's rows for both operands).
