@@ -214,6 +214,12 @@ void assign_labels(PGraph& g) {
       }
       g.labels[n].push_back(it->second);
     }
+  g.label_ambiguous.assign(g.label_extent.size(), false);
+  for (const std::vector<int>& ls : g.labels) {
+    std::set<int> seen;
+    for (int l : ls)
+      if (l >= 0 && !seen.insert(l).second) g.label_ambiguous[l] = true;
+  }
   g.split_label = -1;
   for (size_t n = 0; n < g.nodes.size(); ++n)
     if (g.nodes[n].split > 0) {
@@ -288,6 +294,9 @@ PGraph expand_spec(const KernelGraph& spec) {
     node_of[op.outputs[0]] = out;
   }
   for (int t : spec.outputs) g.outputs.push_back(node_of[t]);
+  // The spec's function is its outputs: a node none of them depends on is not computed (left in,
+  // it would fail the abstract-expression check of every variant, which prunes the whole search).
+  remove_dead(g);
   assign_labels(g);
   return g;
 }
@@ -414,7 +423,7 @@ std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions&
     std::set<int> reduced;
     for (size_t n = 0; n < h.nodes.size(); ++n) {
       int l = h.reduced_label(static_cast<int>(n));
-      if (l >= 0) reduced.insert(l);
+      if (l >= 0 && !h.ambiguous(l)) reduced.insert(l);
     }
     for (int l : reduced)
       for (int64_t s : divisors(h.label_extent[l]))
@@ -542,13 +551,14 @@ std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int
   // Labels the grid may partition freely.
   std::vector<int> free;
   for (int l : present) {
-    if (reduced.count(l) || (partial && l == g.split_label)) continue;
+    if (g.ambiguous(l) || reduced.count(l) || (partial && l == g.split_label)) continue;
     bool everywhere = std::all_of(io.outputs.begin(), io.outputs.end(),
                                   [&](int o) { return has_label(g, o, l); });
     if (everywhere) free.push_back(l);
   }
   std::vector<int> loopable;
   for (int l : present) {
+    if (g.ambiguous(l)) continue;
     bool in_input =
         std::any_of(io.inputs.begin(), io.inputs.end(), [&](int i) { return has_label(g, i, l); });
     if (in_input) loopable.push_back(l);
@@ -976,7 +986,17 @@ KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, 
     std::vector<int> outs =
         kb.graph_defined(kc.block, in, fmt::format("k{}_{}", k, g.nodes[kc.group.back()].name));
     KILN_ASSERT(outs.size() == io.outputs.size(), "kernel outputs");
-    for (size_t i = 0; i < outs.size(); ++i) tensor[io.outputs[i]] = outs[i];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      // A saver whose maps do not rebuild its node's shape is a lowering bug; refusing it here
+      // keeps a wrong-shaped graph output from reaching the verifier (which would reject the
+      // whole run as a user error).
+      const PNode& n = g.nodes[io.outputs[i]];
+      const Shape& got = kb.peek().tensor(outs[i]).shape;
+      if (got != n.shape)
+        user_error(ErrorCode::Shape, "generator: kernel {} saves {} as {}, but {} is {}", k, n.name,
+                   shape_str(got), n.name, shape_str(n.shape));
+      tensor[io.outputs[i]] = outs[i];
+    }
     ++k;
   }
   for (int o : g.outputs) kb.output(g.is_const(o) ? constant(o) : tensor.at(o));

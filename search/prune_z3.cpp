@@ -38,6 +38,7 @@ struct Z3Prover::State {
   std::map<std::string, z3::expr> leaves;
   std::unordered_map<const AbsNode*, z3::expr> memo;
   std::vector<z3::expr> roots;
+  int64_t queries = 0;  // names the guard literal of each query
 
   explicit State(const PrunerOptions& o)
       : opt(o),
@@ -176,7 +177,7 @@ struct Z3Prover::State {
     return e;
   }
 
-  // Must run outside push/pop: it may declare functions and assert their axioms.
+  // Must run outside a query (run): it may declare functions and assert their axioms.
   z3::expr encode(AbsExpr e) {
     auto it = memo.find(e.node());
     if (it != memo.end()) return it->second;
@@ -224,13 +225,21 @@ struct Z3Prover::State {
     return r;
   }
 
+  // One query: are `assertions` unsatisfiable together with the axioms and roots? They are
+  // guarded by a fresh literal that check() assumes, and retired (the literal asserted false)
+  // afterwards. Not push/pop: push() internalizes and propagates what was asserted before it
+  // with Z3's resource limit suspended, so neither the timeout nor the rlimit bounds it, and
+  // on large roots (two chained residual + rms_norm blocks) the first push never returned.
+  // Under check() all of that work is bounded.
   Verdict run(const std::vector<z3::expr>& assertions, double* ms) {
-    s.push();
-    for (const z3::expr& a : assertions) s.add(a);
+    z3::expr guard = c.bool_const(fmt::format("query!{}", queries++).c_str());
+    for (const z3::expr& a : assertions) s.add(z3::implies(guard, a));
+    z3::expr_vector assume(c);
+    assume.push_back(guard);
     auto t0 = std::chrono::steady_clock::now();
-    z3::check_result r = s.check();
+    z3::check_result r = s.check(assume);
     *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    s.pop();
+    s.add(!guard);
     switch (r) {
       case z3::unsat:
         return Verdict::Yes;

@@ -432,6 +432,13 @@ class BranchRunner {
     out_.stats.groups++;
     r.state = state(parent, "group", group_str(grp));
     GroupIO io = group_io(v_, grp);
+    if (io.inputs.empty()) {
+      // Constants alone (e.g. add(2, 0.25)): a kernel of its own would read no tensor, and the
+      // one-kernel graph that costs it cannot exist (a graph needs an input). Such a node is
+      // computed inside a consumer's kernel, where its constants fold in.
+      prune(r.state, "group", "no_input", group_str(grp));
+      return memo_.emplace(grp, std::move(r)).first->second;
+    }
     std::vector<Choice> all;
     bool single = grp.size() == 1 && predefined_ok(v_, grp[0]);
     if (single) {

@@ -241,6 +241,30 @@ TEST(Cli, OptimizeProfilesAndWritesTheMeasuredWinner) {
   EXPECT_NE(e.err.find("--profile needs nvcc and a GPU"), std::string::npos) << e.err;
 }
 
+// kiln optimize with no --time-limit must end within about a minute on a 2-core machine (the
+// suite's budget): the default search limit leaves room for the ranking and verification that
+// follow it. Limits that are not a positive number of seconds, up to a day, are bad arguments.
+TEST(Cli, OptimizeDefaultLimitFitsAMinuteAndBadLimitsExitTwo) {
+  std::string out = std::string(KILN_BINARY_DIR) + "/cli_optimize_default_limit";
+  std::filesystem::remove_all(out);
+  std::filesystem::remove_all(out + "_bad");
+  KilnRun r = kiln("optimize " + example("lora.json") + " -o " + out +
+                   " --no-cache --no-profile --threads 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream f(out + "/report.json");
+  nlohmann::json rep = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(f), {}));
+  double limit = rep["config"]["time_limit_s"].get<double>();
+  EXPECT_GT(limit, 0);
+  EXPECT_LE(limit, 50);
+  for (const char* bad : {"--time-limit 0", "--time-limit -5", "--time-limit nan",
+                          "--time-limit inf", "--time-limit 1e30", "--threads -1", "--top 0"}) {
+    KilnRun b = kiln("optimize " + example("lora.json") + " -o " + out + "_bad --no-cache " +
+                     "--no-profile " + bad);
+    EXPECT_EQ(b.status, 2) << bad << ": " << b.err;
+    EXPECT_FALSE(std::filesystem::exists(out + "_bad")) << bad;
+  }
+}
+
 TEST(Cli, EmitNeedsNoSourceTree) {
   // The device headers are embedded: neither the environment nor the binary's location matters.
   std::string base = std::string(KILN_BINARY_DIR) + "/cli_embed";

@@ -54,6 +54,20 @@ TEST(SimPredefined, ElementwiseTransposeReduce) {
   expect_sim_ok(std::move(b).finish(), "pre_ew");
 }
 
+// A constant that is an output is written by a one-thread kernel (<<<1, 1>>>), a block of one
+// partial warp; the simulator runs it (it used to refuse any block that is not whole warps).
+TEST(SimPredefined, ConstantOutput) {
+  KernelGraphBuilder b("cout");
+  int x = b.input("X", {40}, DType::F16);
+  Attrs cv;
+  cv.value = 2.5;
+  int c = b.op(OpKind::Constant, {}, cv, "c");
+  int s = b.op(OpKind::Sum, {x}, dim_attr(0, false), "s");
+  b.output(s);
+  b.output(c);
+  expect_sim_ok(std::move(b).finish(), "pre_cout");
+}
+
 TEST(SimPredefined, SoftmaxAndRmsNorm) {
   KernelGraphBuilder b("rows");
   int x = b.input("X", {3, 2100}, DType::BF16);

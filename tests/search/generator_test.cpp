@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "search_test_util.h"
 
@@ -131,6 +132,50 @@ TEST(Generator, SplitKLowersToPartialAndCombine) {
     return;
   }
   FAIL() << "no 4-way split variant";
+}
+
+// A kernel whose saved tensor does not have its node's shape (here: X X^T lowered with the
+// ambiguous label gridded, which enumerate_schedules never offers) is a generator bug; assembly
+// refuses it, so it costs that candidate only, never a graph with the wrong outputs.
+TEST(Generator, AssemblyRefusesAKernelOutputOfTheWrongShape) {
+  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  PGraph g = expand_spec(spec);
+  std::vector<int> grp = canonical_order(g);
+  Schedule s;
+  s.grid = {{g.labels[g.inputs[0]][0], 2}};
+  Lowered l = lower_group(g, grp, s, default_target());
+  ASSERT_TRUE(l.block != nullptr) << l.message;
+  ASSERT_NE(l.block->outputs[0].shape, (Shape{64, 64}));
+  EXPECT_THROW(assemble(g, {{grp, l.block}}, Arch::Sm90a), UserError);
+}
+
+// X X^T: X's rows are both the matmul's m (as A) and its n (through the transpose, as B), so
+// union-find gives two dims of X and of O one label. One input iterator per tensor cannot slice
+// such a label for both uses (the tile of B would be the rows of A's tile), so no schedule may
+// grid or loop over it, and no variant may split it.
+TEST(Generator, ALabelTwiceInOneTensorIsNeverGriddedLoopedOrSplit) {
+  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  PGraph g = expand_spec(spec);
+  const int x = g.inputs[0], o = g.outputs[0];
+  const int rows = g.labels[x][0];
+  ASSERT_EQ(g.labels[o], (std::vector<int>{rows, rows}));
+  EXPECT_TRUE(g.ambiguous(rows));
+  EXPECT_FALSE(g.ambiguous(g.labels[x][1]));  // k: one dim of every tensor
+  for (const PGraph& v : enumerate_variants(g, {})) {
+    EXPECT_NE(v.split_label, rows);
+    for (const Partition& p : enumerate_partitions(v, 4))
+      for (const auto& grp : p.groups)
+        for (const Schedule& s : enumerate_schedules(v, grp, {})) {
+          EXPECT_NE(s.loop_label, rows) << s.str(v);
+          for (const GridDim& d : s.grid) EXPECT_NE(d.label, rows) << s.str(v);
+        }
+  }
 }
 
 }  // namespace

@@ -32,6 +32,60 @@ TEST(Search, FindsOneFusedVerifiedKernelForGatedMlp) {
   EXPECT_GT(r.stats.lowered, 0);
 }
 
+// A node no output depends on does not stop the search: it is dropped from the primitive graph
+// (the outputs are the spec's function). It used to fail the abstract-expression check of the
+// whole variant, so only the spec itself, dead kernel included, was ever a candidate.
+TEST(Search, ADeadNodeIsDroppedNotSearched) {
+  KernelGraph spec = parse_spec(R"({"name": "dead", "inputs": [
+      {"name": "X", "shape": [4, 64], "dtype": "f16"},
+      {"name": "U", "shape": [4, 64], "dtype": "f16"}],
+    "nodes": [{"name": "A", "op": "exp", "inputs": ["X"]},
+              {"name": "D", "op": "neg", "inputs": ["U"]},
+              {"name": "O", "op": "relu", "inputs": ["A"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  const Candidate& b = r.best();
+  EXPECT_FALSE(b.is_spec);
+  EXPECT_TRUE(b.verified) << b.verdict;
+  EXPECT_EQ(b.graph.num_kernels(), 1);
+  EXPECT_EQ(r.stats.pruned.count("expr"), 0u);
+}
+
+// A node computed from constants alone (2 + 0.25) has no tensor to read: it is never a kernel of
+// its own (a one-kernel graph of it would have no input, which the search used to build for
+// costing and rejected as a user error, exit 2), only part of a consumer's kernel.
+TEST(Search, ANodeOfConstantsAloneIsFusedIntoItsConsumer) {
+  KernelGraph spec = parse_spec(R"({"name": "cf", "inputs": [
+      {"name": "X", "shape": [4, 40], "dtype": "f16"}],
+    "nodes": [{"name": "a", "op": "constant", "attrs": {"value": 2.0}},
+              {"name": "b", "op": "constant", "attrs": {"value": 0.25}},
+              {"name": "s", "op": "add", "inputs": ["a", "b"]},
+              {"name": "O", "op": "mul", "inputs": ["X", "s"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  const Candidate& b = r.best();
+  EXPECT_TRUE(b.verified) << b.verdict;
+  EXPECT_FALSE(b.is_spec);
+  EXPECT_EQ(b.graph.num_kernels(), 1);
+}
+
+// A spec that uses one tensor in two roles (X X^T) is searched, not rejected: every candidate
+// has the spec's outputs and the winner is verified (it was a user error, exit 2, when a
+// schedule gridded X's rows for both operands).
+TEST(Search, OneTensorInTwoRolesGivesVerifiedCandidates) {
+  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  SearchResult r = run_search(spec, small_config());
+  EXPECT_EQ(r.stop, StopReason::Exhausted);
+  EXPECT_EQ(r.stats.rejected, 0);
+  for (const Candidate& c : r.ranked) {
+    EXPECT_TRUE(c.verified) << c.verdict;
+    EXPECT_EQ(c.graph.tensor(c.graph.outputs[0]).shape, (Shape{64, 64}));
+  }
+  EXPECT_TRUE(
+      std::any_of(r.ranked.begin(), r.ranked.end(), [](const Candidate& c) { return !c.is_spec; }));
+}
+
 // The ranking: the model's cheapest first; then every launch shape's cheapest before any repeat
 // of a shape, each part in cost order.
 TEST(Search, RanksEachShapesCheapestFirst) {

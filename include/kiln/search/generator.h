@@ -57,8 +57,14 @@ struct PGraph {
   // Labels: labels[n][d] is the label of dim d of node n (-1: extent 1 / broadcast).
   std::vector<std::vector<int>> labels;
   std::vector<int64_t> label_extent;
+  // label_ambiguous[l]: some node has two dims of label l (one tensor in two roles, e.g. X and
+  // X^T in X X^T). A block reads each tensor through one iterator (one imap, one fmap), which
+  // cannot slice two of its dims at once, so such a label is never gridded, looped or split.
+  std::vector<bool> label_ambiguous;
   int split_label = -1;  // the label split S ways, if any
   int64_t split_parts = 0;
+
+  bool ambiguous(int label) const { return label >= 0 && label_ambiguous[label]; }
 
   bool is_const(int n) const { return nodes[n].kind == OpKind::Constant; }
   // Label reduced by node n (sum/max over a dim, matmul contraction); -1 if none.
@@ -67,7 +73,8 @@ struct PGraph {
   DType device_dtype(int n) const { return nodes[n].split > 0 ? DType::F32 : nodes[n].dtype; }
 };
 
-// Expands a spec (a kernel graph of predefined ops) into primitives and labels its dims.
+// Expands a spec (a kernel graph of predefined ops) into primitives, drops the nodes no output
+// depends on (inputs stay), and labels the dims.
 PGraph expand_spec(const KernelGraph& spec);
 // Recomputes labels of a graph after a rewrite.
 void assign_labels(PGraph& g);
@@ -79,7 +86,7 @@ struct VariantOptions {
   int64_t min_split_tile = 16;  // a split leaves at least this many elements per part
 };
 // Every variant of a spec's primitive graph: each subset of the hoisting rewrites, each with no
-// split or one split of a reduced label. The first is the plain expansion.
+// split or one split of a reduced label that is not ambiguous. The first is the plain expansion.
 std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
 
 // A partition: groups of non-constant node ids, each a contiguous segment of `order`.
@@ -123,7 +130,8 @@ struct ScheduleOptions {
 };
 // Every schedule of a group that respects the labels (gridded labels appear in every output
 // and are not reduced in the group, except the split label of a partial group, which is gridded
-// exactly split_parts ways; loop ranges and grid parts are divisors). Deterministic order.
+// exactly split_parts ways; ambiguous labels are neither gridded nor looped; loop ranges and grid
+// parts are divisors). Deterministic order.
 std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int>& group,
                                           const ScheduleOptions& opt);
 

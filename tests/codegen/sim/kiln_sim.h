@@ -185,7 +185,11 @@ struct Cfg {
 inline void run_block(const Cfg& cfg) {
   State& s = S();
   int T = cfg.block.x * cfg.block.y * cfg.block.z;
-  if (T % 32 != 0) fail("block size must be a multiple of 32 in the simulator");
+  if (T <= 0) fail("empty block");
+  // The last warp may be partial (e.g. a <<<1, 1>>> fill): its collectives wait for its live
+  // lanes, and its exchange slots exist for all 32 lanes (those past the block read zeros,
+  // where CUDA leaves them undefined).
+  const int W = (T + 31) / 32;
   // Fibers (and their stacks) are reused from block to block.
   if (static_cast<int>(s.fibers.size()) != T) {
     s.fibers.clear();
@@ -194,9 +198,9 @@ inline void run_block(const Cfg& cfg) {
   s.smem_bytes = cfg.smem;
   s.smem_buf.assign(cfg.smem + 16, 0xff);
   s.bar_count = 0;
-  s.wcount.assign(T / 32, 0);
-  s.wgen.assign(T / 32, 0);
-  s.slots.assign(T, {});
+  s.wcount.assign(W, 0);
+  s.wgen.assign(W, 0);
+  s.slots.assign(W * 32, {});
   for (int i = 0; i < T; ++i) {
     Fiber& f = s.fibers[i];
     f.linear = i;
