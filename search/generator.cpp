@@ -294,6 +294,23 @@ PGraph expand_spec(const KernelGraph& spec) {
     node_of[op.outputs[0]] = out;
   }
   for (int t : spec.outputs) g.outputs.push_back(node_of[t]);
+  // Intermediates an f32 output depends on are stored in f32, those of expanded ops included
+  // (store_exact_intermediates, kernel_graph.h: the spec's values are exact, and a 16-bit
+  // rounding is outside an f32 output's tolerance). Outputs keep their dtypes.
+  {
+    std::vector<bool> exact(g.nodes.size(), false), is_out(g.nodes.size(), false);
+    for (int o : g.outputs) {
+      is_out[o] = true;
+      exact[o] = g.nodes[o].dtype == DType::F32;
+    }
+    for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i)
+      if (exact[i])
+        for (int in : g.nodes[i].inputs) exact[in] = true;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (exact[i] && !is_out[i] && g.nodes[i].kind != OpKind::Input &&
+          g.nodes[i].kind != OpKind::Constant)
+        g.nodes[i].dtype = DType::F32;
+  }
   // The spec's function is its outputs: a node none of them depends on is not computed (left in,
   // it would fail the abstract-expression check of every variant, which prunes the whole search).
   remove_dead(g);
@@ -948,14 +965,20 @@ Lowered fuse_block(const BlockGraph& bg, const Target& target, int max_block_ops
 bool predefined_ok(const PGraph& g, int n) {
   const PNode& x = g.nodes[n];
   if (x.split > 0 || x.kind == OpKind::Input) return false;
-  std::vector<DType> dts;
+  // The dtype rule over the inputs' node dtypes (spec_dtype) and over their device dtypes (a
+  // partial is f32 on the device). A node whose own dtype is not the spec rule's was widened to
+  // f32 by expand_spec (it feeds an f32 output) and states it; any other node keeps the rule.
+  std::vector<DType> spec_dts, dev_dts;
   std::vector<bool> is_const;
   for (int i : x.inputs) {
-    dts.push_back(g.device_dtype(i));
+    spec_dts.push_back(g.nodes[i].dtype);
+    dev_dts.push_back(g.device_dtype(i));
     is_const.push_back(g.is_const(i));
   }
-  DType t = x.kind == OpKind::Constant ? DType::F32 : infer_op_dtype(x.kind, dts, is_const);
-  return t == g.device_dtype(n);
+  auto rule = [&](const std::vector<DType>& dts) {
+    return x.kind == OpKind::Constant ? DType::F32 : infer_op_dtype(x.kind, dts, is_const);
+  };
+  return x.dtype != rule(spec_dts) || rule(dev_dts) == g.device_dtype(n);
 }
 
 KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch) {
@@ -976,7 +999,7 @@ KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, 
       KILN_ASSERT(n.split == 0, "a partial reduction as a predefined op");
       std::vector<int> in;
       for (int i : n.inputs) in.push_back(g.is_const(i) ? constant(i) : tensor.at(i));
-      tensor[x] = kb.op(n.kind, in, n.attrs, n.name);
+      tensor[x] = kb.op(n.kind, in, n.attrs, n.name, g.device_dtype(x));
       ++k;
       continue;
     }

@@ -313,7 +313,7 @@ class BranchRunner {
         in.push_back(v_.is_const(i)
                          ? kb.op(OpKind::Constant, {}, v_.nodes[i].attrs, v_.nodes[i].name)
                          : t[i]);
-      kb.output(kb.op(n.kind, in, n.attrs, n.name));
+      kb.output(kb.op(n.kind, in, n.attrs, n.name, v_.device_dtype(kc.group[0])));
     }
     return std::move(kb).finish();
   }

@@ -213,7 +213,8 @@ int KernelGraphBuilder::input(std::string name, Shape shape, DType dtype) {
   return id;
 }
 
-int KernelGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name) {
+int KernelGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name,
+                           std::optional<DType> dtype) {
   const OpInfo& info = op_info(kind);
   if (!(info.levels & kKernel) || info.cls == OpClass::GraphDefined)
     user_error(ErrorCode::Op, "{} is not a predefined kernel op", info.name);
@@ -231,6 +232,7 @@ int KernelGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, st
   }
   Shape out = infer_op_shape(kind, shapes, attrs, &names);
   DType dt = info.cls == OpClass::Constant ? DType::F32 : infer_op_dtype(kind, dtypes, is_const);
+  if (dtype) dt = *dtype;
   int id = add_tensor({name, out, dt});
   g_.ops.push_back(KernelOp{kind, std::move(name), std::move(inputs), {id}, std::move(attrs), {}});
   return id;
@@ -277,6 +279,57 @@ KernelGraph KernelGraphBuilder::finish() && {
   if (g_.inputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one input");
   if (g_.outputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one output");
   return std::move(g_);
+}
+
+KernelGraph store_exact_intermediates(const KernelGraph& g) {
+  bool any32 = false;
+  for (int o : g.outputs) any32 |= g.tensor(o).dtype == DType::F32;
+  for (const KernelOp& op : g.ops) any32 &= op.kind != OpKind::GraphDefined;
+  if (!any32) return g;
+  const int nt = static_cast<int>(g.tensors.size());
+  // exact[t]: an f32 output depends on t's value.
+  std::vector<bool> exact(nt, false), is_output(nt, false), computed(nt, false);
+  for (const KernelOp& op : g.ops) computed[op.outputs[0]] = true;  // linear: no producer() scans
+  for (int o : g.outputs) {
+    is_output[o] = true;
+    if (g.tensor(o).dtype == DType::F32) exact[o] = true;
+  }
+  for (auto k = g.ops.rbegin(); k != g.ops.rend(); ++k)
+    if (exact[k->outputs[0]])
+      for (int in : k->inputs) exact[in] = true;
+  auto widened = [&](int t) { return exact[t] && g.tensor(t).dtype != DType::F32 && computed[t]; };
+  bool change = false;
+  for (int t = 0; t < nt; ++t) change |= widened(t);
+  if (!change) return g;
+
+  std::set<std::string> names;
+  for (const TensorDesc& t : g.tensors) names.insert(t.name);
+  KernelGraphBuilder kb(g.name, g.doc, g.arch);
+  std::vector<int> id(nt, -1), exact_id(nt, -1);  // new ids; exact_id: the f32 value of t
+  for (int t : g.inputs)
+    id[t] = exact_id[t] = kb.input(g.tensor(t).name, g.tensor(t).shape, g.tensor(t).dtype);
+  for (const KernelOp& op : g.ops) {
+    const int t = op.outputs[0];
+    // Readers of an exact value read its f32 form; every op states its dtype, so the spec rule
+    // (first input's dtype) cannot change an output's type.
+    std::vector<int> ins, ins_exact;
+    for (int in : op.inputs) ins.push_back(id[in]), ins_exact.push_back(exact_id[in]);
+    const bool widen = widened(t);
+    if (widen && !is_output[t]) {
+      id[t] = exact_id[t] = kb.op(op.kind, ins_exact, op.attrs, op.name, DType::F32);
+      continue;
+    }
+    id[t] = kb.op(op.kind, exact[t] ? ins_exact : ins, op.attrs, op.name, g.tensor(t).dtype);
+    exact_id[t] = id[t];
+    if (widen) {  // a 16-bit output that an f32 output reads: an f32 twin for the readers
+      std::string twin = op.name + "_f32";
+      while (names.count(twin)) twin += "_";
+      names.insert(twin);
+      exact_id[t] = kb.op(op.kind, ins_exact, op.attrs, twin, DType::F32);
+    }
+  }
+  for (int o : g.outputs) kb.output(id[o]);
+  return std::move(kb).finish();
 }
 
 }  // namespace kiln

@@ -525,13 +525,15 @@ void decode_kernel_op(const json& v, const std::string& path, KernelGraphBuilder
     fail(ErrorCode::Op, key_path(path, "op"),
          fmt::format("{} is a block op; it can only appear in a graph-defined op's block_ops",
                      info.name));
-  check_keys(obj, path, {"name", "op", "inputs", "attrs"});
+  check_keys(obj, path, {"name", "op", "inputs", "attrs", "dtype"});
   std::string name = get_string(require(obj, path, "name"), key_path(path, "name"));
   std::vector<int> in =
       resolve_names(find_key(obj, "inputs"), key_path(path, "inputs"), tensors, "tensor");
   Attrs attrs = decode_attrs(obj, path, kind);
+  std::optional<DType> dtype;
+  if (const json* d = find_key(obj, "dtype")) dtype = get_dtype(*d, key_path(path, "dtype"));
   int t = at_path(
-      path, [&] { return kb.op(kind, in, attrs, name); }, key_path(path, "name"));
+      path, [&] { return kb.op(kind, in, attrs, name, dtype); }, key_path(path, "name"));
   tensors.emplace(kb.peek().tensor(t).name, t);
 }
 
@@ -656,6 +658,19 @@ ojson encode_kernel_op(const KernelGraph& g, const KernelOp& op) {
     if (!ins.empty()) o["inputs"] = std::move(ins);
     ojson attrs = encode_attrs(op.kind, op.attrs);
     if (!attrs.empty()) o["attrs"] = std::move(attrs);
+    // A storage type other than the spec rule's (store_exact_intermediates) is written out.
+    std::vector<DType> dts;
+    std::vector<bool> is_const;
+    for (int t : op.inputs) {
+      dts.push_back(g.tensor(t).dtype);
+      const int p = g.producer(t);
+      is_const.push_back(p >= 0 && g.ops[p].kind == OpKind::Constant);
+    }
+    const DType dt = g.tensor(op.outputs[0]).dtype;
+    const DType rule = op_info(op.kind).cls == OpClass::Constant
+                           ? DType::F32
+                           : infer_op_dtype(op.kind, dts, is_const);
+    if (dt != rule) o["dtype"] = dtype_name(dt);
     return o;
   }
   KILN_ASSERT(op.block != nullptr, "graph-defined op {} without a block graph", op.name);

@@ -417,7 +417,8 @@ class SpecReader {
 KernelGraph parse_spec(std::string_view text, const std::string& file) {
   try {
     json root = parse_json_text(text, file);
-    return SpecReader(root).read();
+    // Intermediates that f32 outputs depend on are stored in f32 (the spec's values are exact).
+    return store_exact_intermediates(SpecReader(root).read());
   } catch (UserError& e) {
     e.with_file(file);
     throw;

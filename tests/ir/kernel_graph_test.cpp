@@ -140,3 +140,114 @@ TEST(KernelGraph, BuildingALongChainIsLinear) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+DType dtype_of(const KernelGraph& g, const std::string& name) {
+  const int t = g.find_tensor(name);
+  EXPECT_GE(t, 0) << name;
+  return t < 0 ? DType::F32 : g.tensor(t).dtype;
+}
+
+// Output names, shapes and dtypes, in order: store_exact_intermediates never changes them.
+std::vector<TensorDesc> output_descs(const KernelGraph& g) {
+  std::vector<TensorDesc> d;
+  for (int o : g.outputs) d.push_back(g.tensor(o));
+  return d;
+}
+
+TEST(StoreExactIntermediates, WithoutF32OutputsTheGraphIsUnchanged) {
+  KernelGraphBuilder b("g");
+  int x = b.input("X", {4, 8}, DType::F16), w = b.input("W", {8, 2}, DType::F16);
+  int f = b.input("F", {2}, DType::F32);
+  int y = b.op(OpKind::MatMul, {x, w}, {}, "Y");
+  b.output(b.op(OpKind::Add, {y, f}, {}, "O"));  // f16: the first input's dtype
+  KernelGraph g = std::move(b).finish();
+  KernelGraph h = store_exact_intermediates(g);
+  EXPECT_EQ(h.tensors, g.tensors);
+  EXPECT_EQ(h.ops.size(), g.ops.size());
+}
+
+TEST(StoreExactIntermediates, WidensWhatAnF32OutputReads) {
+  // O = b + relu(X W1) W2 with f16 X, W: O is f32 (its first input), H, R, Y are stored in f32.
+  KernelGraphBuilder b("mlp");
+  int bias = b.input("b", {4}, DType::F32), x = b.input("X", {2, 8}, DType::F16);
+  int w1 = b.input("W1", {8, 16}, DType::F16), w2 = b.input("W2", {16, 4}, DType::F16);
+  int h = b.op(OpKind::MatMul, {x, w1}, {}, "H");
+  int r = b.op(OpKind::Relu, {h}, {}, "R");
+  int y = b.op(OpKind::MatMul, {r, w2}, {}, "Y");
+  b.output(b.op(OpKind::Add, {bias, y}, {}, "O"));
+  KernelGraph g = std::move(b).finish();
+  EXPECT_EQ(dtype_of(g, "H"), DType::F16);
+  KernelGraph e = store_exact_intermediates(g);
+  EXPECT_EQ(output_descs(e), output_descs(g));
+  EXPECT_EQ(e.ops.size(), g.ops.size());
+  for (const char* n : {"H", "R", "Y", "O"}) EXPECT_EQ(dtype_of(e, n), DType::F32) << n;
+  for (const char* n : {"X", "W1", "W2"}) EXPECT_EQ(dtype_of(e, n), DType::F16) << n;
+  // Idempotent, and the widened graph still reads as a spec.
+  EXPECT_EQ(store_exact_intermediates(e).tensors, e.tensors);
+  EXPECT_TRUE(e.is_spec());
+}
+
+TEST(StoreExactIntermediates, A16BitOutputThatAnF32OutputReadsGetsAnF32Twin) {
+  // Y (bf16) is an output and Z = b + Y (f32) reads it: Y keeps its dtype for its own output, and
+  // Z reads Y_f32, the same matmul stored in f32. A name taken already is not reused.
+  KernelGraphBuilder b("twin");
+  int x = b.input("X", {2, 8}, DType::BF16), w = b.input("W", {8, 4}, DType::BF16);
+  int bias = b.input("Y_f32", {4}, DType::F32);
+  int y = b.op(OpKind::MatMul, {x, w}, {}, "Y");
+  int z = b.op(OpKind::Add, {bias, y}, {}, "Z");
+  int o = b.op(OpKind::Gelu, {z}, {}, "O");
+  b.output(y);
+  b.output(z);
+  b.output(o);
+  KernelGraph g = std::move(b).finish();
+  KernelGraph e = store_exact_intermediates(g);
+  EXPECT_EQ(output_descs(e), output_descs(g));
+  ASSERT_EQ(e.ops.size(), g.ops.size() + 1);
+  const int twin = e.find_tensor("Y_f32_");
+  ASSERT_GE(twin, 0);
+  EXPECT_EQ(e.tensor(twin).dtype, DType::F32);
+  const KernelOp& zop = e.ops[e.producer(e.find_tensor("Z"))];
+  EXPECT_EQ(zop.inputs[1], twin);
+  EXPECT_EQ(e.ops[e.producer(twin)].kind, OpKind::MatMul);
+  EXPECT_EQ(dtype_of(e, "Y"), DType::BF16);
+}
+
+TEST(StoreExactIntermediates, ConstantChainsAndPartsNoF32OutputReads) {
+  // s = sqrt(exp(0.5)) is f32 already; O = X * s (bf16) feeds the f32 output P = s - O, while
+  // Q = relu(X) only feeds a bf16 output and stays bf16.
+  KernelGraphBuilder b("consts");
+  int x = b.input("X", {4, 40}, DType::BF16);
+  Attrs half;
+  half.value = 0.5;
+  int a = b.op(OpKind::Constant, {}, half, "a");
+  int s = b.op(OpKind::Sqrt, {b.op(OpKind::Exp, {a}, {}, "e")}, {}, "s");
+  int o = b.op(OpKind::Mul, {x, s}, {}, "O");
+  int p = b.op(OpKind::Sub, {s, o}, {}, "P");
+  int q = b.op(OpKind::Relu, {x}, {}, "Q");
+  b.output(p);
+  b.output(b.op(OpKind::Neg, {q}, {}, "R"));
+  KernelGraph g = std::move(b).finish();
+  ASSERT_EQ(dtype_of(g, "P"), DType::F32);
+  KernelGraph e = store_exact_intermediates(g);
+  EXPECT_EQ(output_descs(e), output_descs(g));
+  EXPECT_EQ(dtype_of(e, "O"), DType::F32);
+  EXPECT_EQ(dtype_of(e, "Q"), DType::BF16);
+  EXPECT_EQ(dtype_of(e, "R"), DType::BF16);
+}
+
+TEST(StoreExactIntermediates, IsLinearOnLongChains) {
+  KernelGraphBuilder b("chain");
+  int t = b.input("X", {4}, DType::F16);
+  for (int i = 0; i < 100000; ++i) t = b.op(OpKind::Neg, {t}, {}, "n" + std::to_string(i));
+  int f = b.input("F", {4}, DType::F32);
+  b.output(b.op(OpKind::Add, {f, t}, {}, "O"));
+  KernelGraph e = store_exact_intermediates(std::move(b).finish());
+  EXPECT_EQ(dtype_of(e, "n99999"), DType::F32);
+  EXPECT_EQ(dtype_of(e, "X"), DType::F16);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -146,6 +146,23 @@ TEST(MugraphJson, DoublesSurviveExactly) {
   for (size_t i = 0; i < g.ops.size(); ++i) EXPECT_EQ(g.ops[i].attrs.value, g2.ops[i].attrs.value);
 }
 
+// A predefined op stored in another dtype than the spec rule gives (store_exact_intermediates)
+// writes it as "dtype", and only then.
+TEST(MugraphJson, StorageDtypeOverridesRoundTrip) {
+  KernelGraphBuilder b("exact");
+  int bias = b.input("b", {4}, DType::F32), x = b.input("X", {2, 8}, DType::F16);
+  int w = b.input("W", {8, 4}, DType::F16);
+  int h = b.op(OpKind::MatMul, {x, w}, {}, "H");
+  b.output(b.op(OpKind::Add, {bias, b.op(OpKind::Relu, {h}, {}, "R")}, {}, "O"));
+  KernelGraph g = store_exact_intermediates(std::move(b).finish());
+  ASSERT_EQ(g.tensor(g.find_tensor("H")).dtype, DType::F32);
+  expect_round_trip(g);
+  json j = mugraph_to_json(g);
+  EXPECT_EQ(j["kernels"][0]["dtype"], "f32");
+  EXPECT_FALSE(j["kernels"][1].contains("dtype"));  // relu of the f32 H is f32 by the rule
+  EXPECT_FALSE(j["kernels"][2].contains("dtype"));
+}
+
 TEST(MugraphJson, ReadsByNameOrIndexAndFillsDefaults) {
   // Hand-written forms the canonical writer does not produce: input by index, no block_threads,
   // no loop, no fmap, no name for block ops, a float-typed integer constant.

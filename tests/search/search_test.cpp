@@ -86,6 +86,41 @@ TEST(Search, OneTensorInTwoRolesGivesVerifiedCandidates) {
       std::any_of(r.ranked.begin(), r.ranked.end(), [](const Candidate& c) { return !c.is_spec; }));
 }
 
+// An f32 output downstream of f16 matmuls (O = b + relu(X W1) W2): a 16-bit rounding of H, R or
+// Y would be outside O's f32 tolerance, so every candidate stores each tensor between its
+// kernels in f32 (store_exact_intermediates), and the outputs keep their types.
+TEST(Search, IntermediatesOfAnF32OutputStayF32) {
+  KernelGraph spec = parse_spec(R"({"name": "mlp2", "inputs": [
+      {"name": "b", "shape": [64], "dtype": "f32"},
+      {"name": "X", "shape": [2, 64], "dtype": "f16"},
+      {"name": "W1", "shape": [64, 128], "dtype": "f16"},
+      {"name": "W2", "shape": [128, 64], "dtype": "f16"}],
+    "nodes": [{"name": "H", "op": "matmul", "inputs": ["X", "W1"]},
+              {"name": "R", "op": "relu", "inputs": ["H"]},
+              {"name": "Y", "op": "matmul", "inputs": ["R", "W2"]},
+              {"name": "O", "op": "add", "inputs": ["b", "Y"]}], "outputs": ["O"]})");
+  SearchConfig cfg = small_config();
+  cfg.top_k = 64;  // multi-kernel candidates too, not only the fused winners
+  SearchResult r = run_search(spec, cfg);
+  ASSERT_FALSE(r.ranked.empty());
+  int multi = 0;
+  for (const Candidate& c : r.ranked) {
+    EXPECT_TRUE(c.verified) << c.verdict;
+    ASSERT_EQ(c.graph.outputs.size(), 1u);
+    EXPECT_EQ(c.graph.tensor(c.graph.outputs[0]).dtype, DType::F32);
+    std::set<int> io(c.graph.inputs.begin(), c.graph.inputs.end());
+    io.insert(c.graph.outputs[0]);
+    for (int t = 0; t < static_cast<int>(c.graph.tensors.size()); ++t) {
+      const TensorDesc& d = c.graph.tensor(t);
+      if (io.count(t)) continue;
+      ++multi;
+      EXPECT_EQ(d.dtype, DType::F32)
+          << d.name << " of a candidate with " << c.graph.num_kernels() << " kernel(s)";
+    }
+  }
+  EXPECT_GT(multi, 0) << "no candidate had a tensor between kernels";
+}
+
 // The ranking: the model's cheapest first; then every launch shape's cheapest before any repeat
 // of a shape, each part in cost order.
 TEST(Search, RanksEachShapesCheapestFirst) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,8 +47,11 @@ class KernelGraphBuilder {
   explicit KernelGraphBuilder(std::string name, std::string doc = {}, Arch arch = Arch::Sm90a);
 
   int input(std::string name, Shape shape, DType dtype);
-  // A predefined op; returns its output tensor's id. Normalizes negative dims in attrs.
-  int op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name);
+  // A predefined op; returns its output tensor's id. Normalizes negative dims in attrs. The
+  // result's dtype follows the spec rule (infer_op_dtype) unless `dtype` names the type it is
+  // stored in (store_exact_intermediates keeps intermediates that f32 outputs depend on in f32).
+  int op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name,
+         std::optional<DType> dtype = std::nullopt);
   // A graph-defined op. inputs must match block->inputs in shape and dtype; returns the ids of
   // the new output tensors, named block->outputs[i].name.
   std::vector<int> graph_defined(std::shared_ptr<const BlockGraph> block, std::vector<int> inputs,
@@ -77,5 +81,14 @@ DType infer_op_dtype(OpKind kind, const std::vector<DType>& input_dtypes,
                      const std::vector<bool>& input_is_constant);
 
 bool is_valid_name(std::string_view name);  // [A-Za-z_][A-Za-z0-9_]*
+
+// A spec's values are exact (spec-format.md, "Semantics"): a node's dtype rounds it only where it
+// is an output. Storing an intermediate in its 16-bit dtype is within the tolerance of 16-bit
+// outputs but not of f32 ones (1e-4 against ~5e-4 for an f16 rounding). Returns g (predefined ops
+// only) with every intermediate that an f32 output depends on stored in f32: its op gets an f32
+// dtype, and where it is a 16-bit output itself, a twin op (the same computation, named
+// NAME_f32, stored in f32) feeds its readers instead. Output dtypes and the function of every
+// output are unchanged. g unchanged when no output is f32 or g has graph-defined ops.
+KernelGraph store_exact_intermediates(const KernelGraph& g);
 
 }  // namespace kiln

@@ -167,8 +167,9 @@ struct KernelChoice {
   std::vector<int> group;
   std::shared_ptr<const BlockGraph> block;
 };
-// Whether node n can be its own predefined kernel: not a partial, and the kernel-level dtype rule
-// applied to its inputs' device dtypes gives its own device dtype.
+// Whether node n can be its own predefined kernel: not a partial, and either the kernel-level
+// dtype rule applied to its inputs' device dtypes gives its own device dtype, or n is an
+// intermediate that expand_spec widened to f32 (its kernel states that dtype).
 bool predefined_ok(const PGraph& g, int n);
 // Builds the μGraph of a partition with one choice per group, through KernelGraphBuilder.
 KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch);
