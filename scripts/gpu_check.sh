@@ -4,13 +4,14 @@
 # runs each (correctness against the float64 reference, then CUDA-graph timing), optionally runs
 # compute-sanitizer on the check, records SASS instruction counts, and prints a table last.
 #
-#   scripts/gpu_check.sh DIR [--sanitize] [--baselines] [--only SUBSTR] [--repeats R]
+#   scripts/gpu_check.sh DIR [--sanitize] [--baselines] [--only SUBSTR] [--repeats R] [--check-only]
 #
 #   --sanitize    also run compute-sanitizer memcheck, racecheck and synccheck on --check-only
 #                 runs of the μGraph cases (one seed; spec_* cases only with --sanitize-all).
 #   --baselines   first run shared/bench/torch_baselines.py (needs PyTorch) in the same session,
 #                 so that Kiln's numbers compare with torch's on the same machine.
 #   --only S      only harnesses whose name contains S.
+#   --check-only  correctness only (the float64 check of every harness), no timing.
 # Outputs go to $OUT (if set, e.g. by the device runner) else DIR/results: per-case logs,
 # sass_<case>.txt summaries and results.tsv. Exit status: 0 when every case compiled and passed.
 set -u
@@ -24,6 +25,7 @@ SANITIZE=0
 BASELINES=0
 ONLY=""
 REPEATS=30
+CHECK_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) SANITIZE=1 ;;
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
     --baselines) BASELINES=1 ;;
     --only) ONLY="$2"; shift ;;
     --repeats) REPEATS="$2"; shift ;;
+    --check-only) CHECK_ONLY=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -98,12 +101,16 @@ for n in "${cases[@]}"; do
   if [ -x "$CUOBJDUMP" ]; then
     # Opcode counts over the whole binary (SASS lines look like "/*0120*/  HMMA.16816.F32 R4, ...").
     "$CUOBJDUMP" -sass "$DIR/bin/$n" 2>/dev/null |
-      grep -oE '(HGMMA|HMMA|LDGSTS|LDSM|LDG|STG|LDL|STL|BAR)[A-Z0-9._]*' | sort | uniq -c > "$RES/sass_$n.txt"
+      grep -oE '(HGMMA|HMMA|UTMALDG|UTMASTG|LDGSTS|LDSM|LDG|STG|LDL|STL|BAR)[A-Z0-9._]*' | sort | uniq -c > "$RES/sass_$n.txt"
     count() { grep -E " $1" "$RES/sass_$n.txt" | awk '{ s += $1 } END { print s + 0 }'; }
-    sass="hmma=$(($(count HMMA) + $(count HGMMA))) ldgsts=$(count LDGSTS) ldg128=$(count 'LDG[A-Z.]*\.128') ldsm=$(count LDSM) ldl/stl=$(($(count LDL) + $(count STL)))"
+    sass="hmma=$(count HMMA) hgmma=$(count HGMMA) tma=$(($(count UTMALDG) + $(count UTMASTG))) ldgsts=$(count LDGSTS) ldg128=$(count 'LDG[A-Z.]*\.128') ldsm=$(count LDSM) ldl/stl=$(($(count LDL) + $(count STL)))"
   fi
   echo "-- $n"
-  timeout 600 "$DIR/bin/$n" --repeats "$REPEATS" > "$RES/run_$n.log" 2>&1
+  if [ "$CHECK_ONLY" = 1 ]; then
+    timeout 600 "$DIR/bin/$n" --check-only > "$RES/run_$n.log" 2>&1
+  else
+    timeout 600 "$DIR/bin/$n" --repeats "$REPEATS" > "$RES/run_$n.log" 2>&1
+  fi
   rrc=$?
   cat "$RES/run_$n.log" | grep -v '^$' | tail -8
   line=$(grep '^KILN_RESULT' "$RES/run_$n.log" | tail -1)
