@@ -65,8 +65,9 @@ class Matcher {
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != Shape{plan.k, plan.n})
         return false;
-    if (plan.m < 128 || plan.n < 128) return false;
-    return true;
+    if (plan.m >= 128 && plan.n >= 128) return true;
+    if (plan.m <= 32) plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_);
+    return plan.gemv.has_value();
   }
 
  private:

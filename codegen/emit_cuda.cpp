@@ -509,7 +509,16 @@ void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   K.open(fmt::format("struct {} {{", epi));
   for (size_t e = 0; e < c.epi_inputs.size(); ++e)
     K.f("const {}* e{}_ptr;", ctype(bg.inputs[c.epi_inputs[e]].dtype), e);
-  K.open("__device__ __forceinline__ float operator()(float v0, float v1, int m, int n) const {");
+  if (c.gemv) {
+    // The GEMV's epilogue interface (runtime/gemv.cuh): one more argument, the row's sum of
+    // squares, which this functor does not ask for.
+    K.line("static constexpr bool kRowSumSq = false;");
+    K.open(
+        "__device__ __forceinline__ float operator()(float v0, float v1, int m, int n, float) "
+        "const {");
+  } else {
+    K.open("__device__ __forceinline__ float operator()(float v0, float v1, int m, int n) const {");
+  }
   K.line("(void)v0; (void)v1; (void)m; (void)n;");
   if (!c.epi_inputs.empty()) K.f("const int64_t at = int64_t(m) * {} + n;", c.n);
   for (size_t e = 0; e < c.epi_inputs.size(); ++e)
@@ -526,6 +535,18 @@ void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   for (int e : c.epi_inputs) epi_args.push_back(x.ptr(op.inputs[e]));
   Code& L = x.launch;
   L.open("{");
+  if (const std::optional<GemvTmaShape>& v = c.gemv) {
+    // wgmma n = 8 MT with MT in {1, 2, 4} (gemv_tma.cuh).
+    const int64_t mt = c.m <= 8 ? 1 : c.m <= 16 ? 2 : 4;
+    L.f("err = kiln::rt::gemv_tma_launch<{}, {}, {}, {}, {}, {}, {}, 1, {}>({}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
+        ctype(c.ab), ctype(c.out), mt, nb, v->bn, v->bk, v->stages, epi, x.ptr(op.inputs[c.a]), c.k,
+        x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]), c.n,
+        c.m, c.n, c.k, v->splits, epi, fmt::join(epi_args, ", "));
+    L.line("if (err != cudaSuccess) return err;");
+    L.close();
+    return;
+  }
   L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, {}, {}>, {}, {}>({}, {}, "
       "{}, {}, {}, {}, {}, {}, {}, {}, {}{{{}}}, stream);",
       ctype(c.ab), nb, stages, ctype(c.out), epi, x.ptr(op.inputs[c.a]), c.k,

@@ -1415,10 +1415,10 @@ void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
   kp.attn_stages = 4;
   while (kp.attn_stages > 3 && smem(kp.attn_stages) > t.smem_per_block) --kp.attn_stages;
   if (smem(kp.attn_stages) > t.smem_per_block) kp.attn_key_split = 1;
-  kp.attn_min_blocks = kp.attn_key_split == 1 && a.dv <= 128 &&
-                               2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block
-                           ? 2
-                           : 1;
+  kp.attn_min_blocks =
+      kp.attn_key_split == 1 && a.dv <= 128 && 2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block
+          ? 2
+          : 1;
   kp.smem = smem(kp.attn_stages);
   kp.threads = 128 * (1 + kp.attn_key_split);
   kp.strategy = fmt::format(
@@ -1451,40 +1451,59 @@ void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
 // time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
 // 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
 bool plan_gemv_tma(int64_t M, int64_t N, int64_t K, const Target& t, KernelPlan& kp) {
-  if (t.arch != Arch::Sm90a || M > 32) return false;
-  constexpr int64_t kNW = 1;  // the predefined matmul: one weight
-  if (K * N * 2 * kNW < (int64_t(8) << 20)) return false;
-  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
-  int64_t bn = 64;
-  while (bn < 256 && ceil_div(N, bn) > sms) bn *= 2;
-  const int64_t cb = ceil_div(N, bn);
-  if (cb > sms) return false;
-  const int64_t bk = std::max<int64_t>(64, 16384 / (kNW * bn));
-  auto smem = [&](int64_t st) {
-    return std::max(st * (kNW * bn * bk * 2 + 8 * mt * bk * 2), kNW * 8 * mt * (bn + 4) * 4) + 1024;
-  };
-  int64_t st = 4;
-  // The block's static shared memory (mbarriers, row sums) needs well under 2 KB.
-  while (st > 2 && smem(st) + 2048 > t.smem_per_block) --st;
-  const int64_t ring_w = st * kNW * bn * bk * 2;
-  int64_t splits = 1;
-  while (splits < 8 && cb * splits * ring_w < (int64_t(8) << 20) && cb * (splits + 1) <= sms &&
-         K >= (splits + 1) * 2 * st * bk)
-    ++splits;
+  const std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t);  // one weight
+  if (!c) return false;
   kp.gemv_tma = true;
   kp.gemv_cluster = false;
-  kp.gemv_bn = static_cast<int>(bn);
-  kp.gemv_bk = static_cast<int>(bk);
-  kp.gemv_stages = static_cast<int>(st);
-  kp.splits = static_cast<int>(splits);
+  kp.gemv_bn = static_cast<int>(c->bn);
+  kp.gemv_bk = static_cast<int>(c->bk);
+  kp.gemv_stages = static_cast<int>(c->stages);
+  kp.splits = static_cast<int>(c->splits);
   kp.threads = 160;
-  kp.smem = smem(st);
-  kp.grid = cb * splits;
-  kp.strategy = fmt::format("gemv tma {}x{} s{}", bn, bk, st);
+  kp.smem = c->smem;
+  kp.grid = c->grid;
+  kp.strategy = fmt::format("gemv tma {}x{} s{}", c->bn, c->bk, c->stages);
   return true;
 }
 
 }  // namespace
+
+// The rule, from the measurements in docs/runtime.md (tests/gpu/gemv_tma_sweep.cu): one block per
+// SM with a ring of 4 stages of 32 KB of weight (BK = 16384 / (nw BN), at least 64), BN the
+// narrowest of 64, 128, 256 whose column blocks fit on the SMs at one each, k-splits only until
+// the rings hold 8 MB in flight (one block per SM at most, <= 8, each split at least two rings of
+// K); weights under 8 MB or more than 256 columns per SM keep the register GEMV.
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw,
+                                           const Target& t) {
+  if (t.arch != Arch::Sm90a || M > 32 || M < 1 || nw < 1 || nw > 2) return std::nullopt;
+  if (N % 8 != 0 || K % 8 != 0 || N < 8) return std::nullopt;  // TMA strides, 16-byte stores
+  if (K * N * 2 * nw < (int64_t(8) << 20)) return std::nullopt;
+  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  int64_t bn = 64;
+  while (bn < 256 && ceil_div(N, bn) > sms) bn *= 2;
+  const int64_t cb = ceil_div(N, bn);
+  if (cb > sms) return std::nullopt;
+  const int64_t bk = std::max<int64_t>(64, 16384 / (nw * bn));
+  auto smem = [&](int64_t st) {
+    return std::max(st * (nw * bn * bk * 2 + 8 * mt * bk * 2), nw * 8 * mt * (bn + 4) * 4) + 1024;
+  };
+  int64_t st = 4;
+  // The block's static shared memory (mbarriers, row sums) needs well under 2 KB.
+  while (st > 2 && smem(st) + 2048 > t.smem_per_block) --st;
+  const int64_t ring_w = st * nw * bn * bk * 2;
+  int64_t splits = 1;
+  while (splits < 8 && cb * splits * ring_w < (int64_t(8) << 20) && cb * (splits + 1) <= sms &&
+         K >= (splits + 1) * 2 * st * bk)
+    ++splits;
+  GemvTmaShape c;
+  c.bn = bn;
+  c.bk = bk;
+  c.stages = st;
+  c.splits = splits;
+  c.grid = cb * splits;
+  c.smem = smem(st);
+  return c;
+}
 
 Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions& opt) {
   Schedule s;
@@ -1564,11 +1583,23 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
         // the generic block-graph kernel only
       } else if (auto c = match_contraction(*op.block, t)) {
         kp.contraction = std::make_shared<const ContractionPlan>(std::move(*c));
-        kp.strategy =
-            fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
-                        kp.contraction->b.size(), kp.contraction->b.size() > 1 ? "s" : "");
-        kp.grid = ceil_div(kp.contraction->m, 128) * ceil_div(kp.contraction->n, 128);
-        kp.threads = 384;
+        const ContractionPlan& cp = *kp.contraction;
+        const char* plural = cp.b.size() > 1 ? "s" : "";
+        if (const std::optional<GemvTmaShape>& v = cp.gemv) {
+          // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
+          kp.strategy =
+              fmt::format("gemv tma contraction ({} weight{}, {}x{} s{}, {} split{})", cp.b.size(),
+                          plural, v->bn, v->bk, v->stages, v->splits, v->splits > 1 ? "s" : "");
+          kp.splits = static_cast<int>(v->splits);
+          kp.grid = v->grid;
+          kp.threads = 160;
+          kp.smem = v->smem;
+        } else {
+          kp.strategy = fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
+                                    cp.b.size(), plural);
+          kp.grid = ceil_div(cp.m, 128) * ceil_div(cp.n, 128);
+          kp.threads = 384;
+        }
       } else if (auto a = match_attention(*op.block, t, f16, bf16)) {
         plan_attention(kp, std::move(*a), t);
       }

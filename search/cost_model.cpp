@@ -136,6 +136,26 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
   // A is re-read once per column tile, each B once per row tile (through L2).
   c.l2_bytes = bytes(p.a) * double((p.n + 127) / 128 - 1);
   for (int b : p.b) c.l2_bytes += bytes(b) * double((p.m + 127) / 128 - 1);
+  if (const std::optional<GemvTmaShape>& v = p.gemv) {
+    // M <= 32: the TMA GEMV, modeled like the predefined GEMV (a weight stream at the GEMV's
+    // efficiency over the SMs its grid covers; a cluster's k-splits add one round trip).
+    c.blocks = v->grid;
+    c.waves = 1;
+    c.iterations = std::max<int64_t>(1, p.k / (v->bk * v->splits));
+    c.pipeline_stages = v->stages;
+    c.l2_bytes = bytes(p.a) * double((p.n + v->bn - 1) / v->bn);
+    c.tc_flops = 2.0 * nb * double(pad(p.m, 8)) * double(p.n) * double(p.k);
+    const double B = double(v->grid), sm = t.sm_count;
+    const double dram_u =
+        k.gemv_efficiency * std::min(1.0, std::min(B, sm) / (k.gemv_tma_saturation * sm));
+    const double comp_u = k.gemv_efficiency * B / (std::ceil(B / sm) * sm);
+    finish_times(c, t, k, dram_u, comp_u);
+    if (v->splits > 1) {
+      c.t_fixed += k.dram_latency_s;
+      c.time += k.dram_latency_s;
+    }
+    return c;
+  }
   c.tc_flops = 2.0 * nb * double(pad(p.m, 128)) * double(pad(p.n, 128)) * double(pad(p.k, 64));
   double wave_u = double(c.blocks) / double(c.waves * t.sm_count);
   finish_times(c, t, k, 1.0, wave_u);

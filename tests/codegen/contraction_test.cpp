@@ -97,6 +97,52 @@ TEST(Contraction, PlannerAndEmitterUseIt) {
   EXPECT_FALSE(s80.kernels[0].contraction);
 }
 
+// Decode rows (M <= 32) with weights the TMA GEMV streams (>= 8 MB): the plan says so and its
+// configuration is the planner's GEMV rule for that many weights; M between 33 and 127, small
+// weights, or sm_80 are not lowered.
+BlockGraph gated(int64_t m, int64_t n, int64_t k, int64_t grid_n) {
+  std::vector<TensorDesc> ins = {
+      {"X", {m, k}, DType::F16}, {"W0", {k, n}, DType::F16}, {"W1", {k, n}, DType::F16}};
+  BlockGraphBuilder b({grid_n}, 128, {k / 256}, ins);
+  int x = b.input(0, {-1}, {1});
+  int a0 = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, b.input(1, {1}, {0})})});
+  int a1 = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, b.input(2, {1}, {0})})});
+  int o = b.op(OpKind::Mul, {b.op(OpKind::Silu, {a0}), a1});
+  b.output(o, {1}, {-1}, DType::F16, "O");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+TEST(Contraction, DecodeRowsRunAsTheTmaGemv) {
+  const Target& t = target_for(Arch::Sm90a);
+  for (int64_t m : {1, 8, 16, 32}) {
+    auto p = match_contraction(gated(m, 4096, 4096, 128), t);
+    ASSERT_TRUE(p) << m;
+    ASSERT_TRUE(p->gemv) << m;
+    EXPECT_EQ(p->b.size(), 2u);
+    auto rule = gemv_tma_shape(m, 4096, 4096, 2, t);
+    ASSERT_TRUE(rule);
+    EXPECT_EQ(p->gemv->grid, rule->grid);
+    EXPECT_EQ(p->gemv->bk * p->gemv->bn * 2, 16384);  // two weights share the 32 KB stage
+  }
+  EXPECT_FALSE(match_contraction(gated(64, 4096, 4096, 128), t));  // neither GEMV nor tiles
+  EXPECT_FALSE(match_contraction(gated(1, 1024, 1024, 32), t));    // 4 MB of weights
+  EXPECT_FALSE(match_contraction(gated(1, 4096, 4096, 128), target_for(Arch::Sm80)));
+
+  KernelGraphBuilder kb("gm", "", Arch::Sm90a);
+  int x = kb.input("X", {8, 4096}, DType::F16);
+  int w0 = kb.input("W0", {4096, 4096}, DType::F16);
+  int w1 = kb.input("W1", {4096, 4096}, DType::F16);
+  auto bg = std::make_shared<const BlockGraph>(gated(8, 4096, 4096, 128));
+  kb.output(kb.graph_defined(bg, {x, w0, w1}, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  Schedule s = plan_schedule(g, t);
+  ASSERT_TRUE(s.kernels[0].contraction);
+  EXPECT_EQ(s.kernels[0].grid, s.kernels[0].contraction->gemv->grid);
+  std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("gemv_tma_launch<__half, __half, 1, 2, "), std::string::npos);
+  EXPECT_NE(cu.find("static constexpr bool kRowSumSq = false;"), std::string::npos);
+}
+
 // The hand-written large-M example is lowered (it is what the nvcc test compiles).
 TEST(Contraction, GatedMlpM4096ExampleIsLowered) {
   KernelGraph g =

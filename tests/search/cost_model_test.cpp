@@ -63,8 +63,10 @@ TEST(CostModel, EveryLaunchCosts) {
 }
 
 // A weight-streaming GEMV (X [1, 4096] x W [4096, 4096]) lowered with `parts` blocks over N and
-// a loop of `range` iterations over K.
+// a loop of `range` iterations over K: the block-graph kernel's model, on sm_80 (on sm_90a the
+// planner runs this block graph as the runtime's TMA GEMV, contraction.h, whatever its tiling).
 struct Gemv {
+  const Target& t = target_for(Arch::Sm80);
   PGraph g;
   std::vector<int> grp;
   Gemv() {
@@ -81,12 +83,12 @@ struct Gemv {
     s.loop_label = g.labels[g.inputs[0]][1];
     s.loop_range = range;
     s.block_threads = threads;
-    Lowered l = lower_group(g, grp, s, default_target());
+    Lowered l = lower_group(g, grp, s, t);
     EXPECT_TRUE(l.block != nullptr) << l.message;
-    return assemble(g, {{grp, l.block}}, Arch::Sm90a);
+    return assemble(g, {{grp, l.block}}, t.arch);
   }
   double time(int64_t parts, int64_t range, int threads = 128) const {
-    return estimate_cost(lower(parts, range, threads), default_target()).time;
+    return estimate_cost(lower(parts, range, threads), t).time;
   }
 };
 
@@ -105,7 +107,7 @@ TEST(CostModel, FewerIterationsOfTheSameBytesNeverModelSlower) {
     for (int threads : {128, 256}) {
       double prev = 0;
       for (int64_t range : {32, 64, 128, 256}) {
-        KernelCost c = estimate_cost(w.lower(parts, range, threads), default_target()).kernels[0];
+        KernelCost c = estimate_cost(w.lower(parts, range, threads), w.t).kernels[0];
         EXPECT_GE(c.time - c.t_fill, prev) << parts << " blocks, loop " << range;
         // The planner may re-tile the loop (codegen/schedule.h); the model costs what runs.
         EXPECT_LE(c.t_fill * double(c.iterations),
@@ -115,8 +117,8 @@ TEST(CostModel, FewerIterationsOfTheSameBytesNeverModelSlower) {
     }
   // The measured case (docs/cost-model.md): k-tile 16 streams W at well under half the rate of
   // k-tile 128 — unless the planner re-tiles both loops to the same stages.
-  KernelCost fine = estimate_cost(w.lower(64, 256), default_target()).kernels[0];
-  KernelCost coarse = estimate_cost(w.lower(64, 32), default_target()).kernels[0];
+  KernelCost fine = estimate_cost(w.lower(64, 256), w.t).kernels[0];
+  KernelCost coarse = estimate_cost(w.lower(64, 32), w.t).kernels[0];
   if (fine.iterations > 2 * coarse.iterations) {
     EXPECT_GT(fine.time, 2 * coarse.time);
   }
@@ -135,15 +137,15 @@ TEST(CostModel, MoreBytesInFlightNeverModelSlower) {
       double prev = 1e9;
       for (int stages = 1; stages <= 8; ++stages) {
         plan.pipeline_stages = stages;
-        KernelCost c = kernel_cost(kg, op, default_target(), &plan);
+        KernelCost c = kernel_cost(kg, op, w.t, &plan);
         EXPECT_LE(c.time, prev) << parts << " blocks, loop " << range << ", " << stages;
         EXPECT_EQ(c.round_trips, (range + std::max(1, stages - 1) - 1) / std::max(1, stages - 1));
         prev = c.time;
       }
       plan.pipeline_stages = 4;
-      double fine = kernel_cost(kg, op, default_target(), &plan).time;
+      double fine = kernel_cost(kg, op, w.t, &plan).time;
       plan.coarsen = 4;
-      EXPECT_LE(kernel_cost(kg, op, default_target(), &plan).time, fine);
+      EXPECT_LE(kernel_cost(kg, op, w.t, &plan).time, fine);
     }
 }
 
@@ -162,8 +164,9 @@ TEST(CostModel, LoopOverheadIsPaidPerSmNotHidden) {
   // Blocks beyond one per SM run their iterations on a shared SM: 2x the SMs' worth of blocks
   // doubles the loop term even though they are all resident.
   Gemv w;
-  KernelCost one = estimate_cost(w.lower(128, 256), default_target()).kernels[0];
-  KernelCost two = estimate_cost(w.lower(256, 256), default_target()).kernels[0];
+  ASSERT_TRUE(w.t.sm_count >= 64 && w.t.sm_count < 128);  // one block per SM, then two
+  KernelCost one = estimate_cost(w.lower(64, 256), w.t).kernels[0];
+  KernelCost two = estimate_cost(w.lower(128, 256), w.t).kernels[0];
   EXPECT_EQ(two.waves, 1);
   // Per iteration (the planner may re-tile the two loops differently).
   EXPECT_NEAR(two.t_iter / double(two.iterations), 2 * one.t_iter / double(one.iterations), 1e-12);

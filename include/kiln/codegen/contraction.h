@@ -21,6 +21,19 @@
 
 namespace kiln {
 
+// The TMA-streamed GEMV's configuration (runtime/gemv_tma.cuh) for M <= 32 rows, from the
+// planner's measured rule (codegen/schedule.cpp, gemv_tma_shape).
+struct GemvTmaShape {
+  int64_t bn = 0, bk = 0, stages = 0, splits = 1;
+  int64_t grid = 0;  // ceil(N / bn) * splits blocks
+  int64_t smem = 0;  // dynamic shared memory per block
+};
+// The configuration for Y[M, N] = epi(X[M, K] W_j[K, N]) with nw (1 or 2) weights on target t,
+// or nullopt where the planner keeps another kernel (not sm_90a, M > 32, weights under 8 MB, more
+// than 256 columns per SM, or shapes the TMA boxes cannot take).
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t m, int64_t n, int64_t k, int nw,
+                                           const Target& t);
+
 struct ContractionPlan {
   int a = -1;                   // block-graph input index of A [M, K]
   std::vector<int> b;           // block-graph input indices of B_0 (, B_1) [K, N]
@@ -32,11 +45,15 @@ struct ContractionPlan {
   // `e0`, `e1`, ... (the E_i at [m, n], already converted to float); the value is `result`.
   std::vector<std::string> epi_statements;
   std::string result;
+  // Set for M <= 32: the contraction runs as the TMA-streamed GEMV (weights read once, at copy
+  // speed) instead of the 128 x 128 tiled GEMM.
+  std::optional<GemvTmaShape> gemv;
 };
 
 // The plan when bg is such a contraction and the target can run it (sm_90a; A and B f16 or bf16
-// of one type; K and N multiples of 8 for TMA; M, N at least 128 so the 128 x 128 tiles are
-// not mostly padding), else nullopt.
+// of one type; K and N multiples of 8 for TMA; either M, N at least 128, so the 128 x 128 tiles
+// are not mostly padding, or M at most 32 where gemv_tma_shape gives a configuration), else
+// nullopt.
 std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t);
 
 }  // namespace kiln

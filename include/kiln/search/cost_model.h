@@ -33,6 +33,9 @@ struct CostConstants {
   double iteration_warp_s = 0.03e-6;   // per loop iteration, per warp of the block
   double predefined_efficiency = 0.6;  // generic kernels of predefined ops (gemm_tc, fma, ...)
   double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
+  // Fraction of SMs the TMA GEMV needs busy to saturate DRAM: each holds a 128 KB ring in flight
+  // (H100 sweep, docs/runtime.md: 64 blocks stream 2.77 TB/s, 72 and 96 blocks 2.7).
+  double gemv_tma_saturation = 0.45;
   double row_efficiency = 0.85;        // elementwise, gather and row-reduction kernels (fitted)
   int dram_granule = 64;               // bytes fetched per DRAM access (a sector)
   double run_overhead = 8;             // DRAM bytes lost per contiguous run (fitted)
