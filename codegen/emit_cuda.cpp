@@ -430,11 +430,11 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
     const std::string operands = fmt::format(
         "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), K, x.ptr(op.inputs[1]),
         x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
-    if (kp.gemv_tma) {
-      // The TMA-streamed GEMV: wgmma n = 8 MT with MT in {1, 2, 4}.
-      const std::string tma_targs = fmt::format(
-          "{}, {}, {}, 1, {}, {}, {}, 1, {}", TA, TO, mt == 3 ? 4 : mt, kp.gemv_bn, kp.gemv_bk,
-          kp.gemv_stages, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+    if (const std::optional<GemvTmaShape>& v = kp.gemv_tma) {
+      // The TMA-streamed GEMV.
+      const std::string tma_targs =
+          fmt::format("{}, {}, {}, 1, {}, {}, {}, 1, {}", TA, TO, v->mt, v->bn, v->bk, v->stages,
+                      rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
       L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
     } else if (kp.gemv_cluster) {
       L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
@@ -536,13 +536,11 @@ void emit_contraction(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   Code& L = x.launch;
   L.open("{");
   if (const std::optional<GemvTmaShape>& v = c.gemv) {
-    // wgmma n = 8 MT with MT in {1, 2, 4} (gemv_tma.cuh).
-    const int64_t mt = c.m <= 8 ? 1 : c.m <= 16 ? 2 : 4;
     L.f("err = kiln::rt::gemv_tma_launch<{}, {}, {}, {}, {}, {}, {}, 1, {}>({}, {}, {}, {}, {}, "
         "{}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
-        ctype(c.ab), ctype(c.out), mt, nb, v->bn, v->bk, v->stages, epi, x.ptr(op.inputs[c.a]), c.k,
-        x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]), c.n,
-        c.m, c.n, c.k, v->splits, epi, fmt::join(epi_args, ", "));
+        ctype(c.ab), ctype(c.out), v->mt, nb, v->bn, v->bk, v->stages, epi, x.ptr(op.inputs[c.a]),
+        c.k, x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]),
+        c.n, c.m, c.n, c.k, v->splits, epi, fmt::join(epi_args, ", "));
     L.line("if (err != cudaSuccess) return err;");
     L.close();
     return;

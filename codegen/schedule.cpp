@@ -1429,12 +1429,29 @@ void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
   kp.attention = std::make_shared<const AttentionPlan>(std::move(a));
 }
 
-// The TMA-streamed GEMV (runtime gemv_tma.cuh) for Y = X W with M <= 32 rows of X on sm_90a: fills
-// kp and returns true, or returns false where the register-streamed GEMV stays (sm_80, weights
-// under 8 MB, N past 256 columns per SM). The rule, measured on the H100 (tests/gpu/
+// A predefined matmul Y = X W as the TMA-streamed GEMV where gemv_tma_shape gives a
+// configuration: fills kp and returns true; false keeps the register-streamed GEMV.
+bool plan_gemv_tma(int64_t M, int64_t N, int64_t K, const Target& t, KernelPlan& kp) {
+  const std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t);  // one weight
+  if (!c) return false;
+  kp.gemv_tma = c;
+  kp.gemv_cluster = false;
+  kp.splits = static_cast<int>(c->splits);
+  kp.threads = 160;
+  kp.smem = c->smem;
+  kp.grid = c->grid;
+  kp.strategy = fmt::format("gemv tma {}x{} s{}", c->bn, c->bk, c->stages);
+  return true;
+}
+
+}  // namespace
+
+// The TMA-streamed GEMV (runtime gemv_tma.cuh) for Y = epi(X W_0[, X W_1]) with M <= 32 rows of X
+// on sm_90a, or nullopt where the register-streamed GEMV stays (sm_80, weights under 8 MB, N past
+// 256 columns per SM, strides TMA cannot take). The rule, measured on the H100 (tests/gpu/
 // gemv_tma_sweep.cu, 2026-11-25; docs/runtime.md has the table):
-//   - one block per SM, each with a ring of 4 stages of 32 KB of weight (BK = 16384 / BN rows of
-//     K per stage, at least 64; fewer stages where X's panels or a second weight would not fit):
+//   - one block per SM, each with a ring of 4 stages of 32 KB of weight (BK = 16384 / (nw BN) rows
+//     of K per stage, at least 64; fewer stages where X's panels or a second weight would not fit):
 //     with the ring that large, a block streams ~27 GB/s and more blocks per SM only unbalance the
 //     SMs (N6144 K4096 M32: 19.3 us at 96 blocks of 193 KB, 21.5 at 192 of 97 KB);
 //   - BN, the columns per block: the narrowest of 64, 128, 256 whose column blocks fit on the SMs
@@ -1450,35 +1467,12 @@ void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
 // 8-436 MB of weight, with and without the fused rms_norm, one and two weights): 0.53-0.99 of its
 // time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
 // 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
-bool plan_gemv_tma(int64_t M, int64_t N, int64_t K, const Target& t, KernelPlan& kp) {
-  const std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t);  // one weight
-  if (!c) return false;
-  kp.gemv_tma = true;
-  kp.gemv_cluster = false;
-  kp.gemv_bn = static_cast<int>(c->bn);
-  kp.gemv_bk = static_cast<int>(c->bk);
-  kp.gemv_stages = static_cast<int>(c->stages);
-  kp.splits = static_cast<int>(c->splits);
-  kp.threads = 160;
-  kp.smem = c->smem;
-  kp.grid = c->grid;
-  kp.strategy = fmt::format("gemv tma {}x{} s{}", c->bn, c->bk, c->stages);
-  return true;
-}
-
-}  // namespace
-
-// The rule, from the measurements in docs/runtime.md (tests/gpu/gemv_tma_sweep.cu): one block per
-// SM with a ring of 4 stages of 32 KB of weight (BK = 16384 / (nw BN), at least 64), BN the
-// narrowest of 64, 128, 256 whose column blocks fit on the SMs at one each, k-splits only until
-// the rings hold 8 MB in flight (one block per SM at most, <= 8, each split at least two rings of
-// K); weights under 8 MB or more than 256 columns per SM keep the register GEMV.
 std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw,
                                            const Target& t) {
   if (t.arch != Arch::Sm90a || M > 32 || M < 1 || nw < 1 || nw > 2) return std::nullopt;
   if (N % 8 != 0 || K % 8 != 0 || N < 8) return std::nullopt;  // TMA strides, 16-byte stores
   if (K * N * 2 * nw < (int64_t(8) << 20)) return std::nullopt;
-  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;  // wgmma n in {8, 16, 32}
   int64_t bn = 64;
   while (bn < 256 && ceil_div(N, bn) > sms) bn *= 2;
   const int64_t cb = ceil_div(N, bn);
@@ -1496,6 +1490,7 @@ std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int 
          K >= (splits + 1) * 2 * st * bk)
     ++splits;
   GemvTmaShape c;
+  c.mt = mt;
   c.bn = bn;
   c.bk = bk;
   c.stages = st;

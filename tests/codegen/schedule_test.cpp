@@ -336,19 +336,19 @@ TEST(Schedule, DecodeGemvStreamsThroughTmaOnSm90a) {
     KernelGraph g = decode_matmul(c.M, c.K, c.N, c.rms);
     const Schedule s90 = plan_schedule(g, target_for(Arch::Sm90a));
     const KernelPlan& kp = s90.kernels.back();
-    EXPECT_EQ(kp.gemv_tma, c.tma);
+    EXPECT_EQ(kp.gemv_tma.has_value(), c.tma);
     EXPECT_EQ(kp.strategy, c.strategy);
     if (c.tma) {
-      EXPECT_EQ(kp.gemv_bn, c.bn);
-      EXPECT_EQ(kp.gemv_bk, c.bk);
-      EXPECT_EQ(kp.gemv_stages, 4);
+      EXPECT_EQ(kp.gemv_tma->bn, c.bn);
+      EXPECT_EQ(kp.gemv_tma->bk, c.bk);
+      EXPECT_EQ(kp.gemv_tma->stages, 4);
       EXPECT_EQ(kp.splits, c.splits);
       EXPECT_EQ(kp.threads, c.rms ? 192 : 160);
       EXPECT_EQ(kp.grid, (c.N + c.bn - 1) / c.bn * c.splits);
     }
     const Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
     const KernelPlan& k80 = s80.kernels.back();
-    EXPECT_FALSE(k80.gemv_tma);
+    EXPECT_FALSE(k80.gemv_tma.has_value());
     EXPECT_EQ(k80.strategy, c.rms ? "gemv rms_norm" : "gemv");
   }
 }
@@ -366,23 +366,25 @@ TEST(Schedule, TmaGemvPlansFitTheMachine) {
         KernelGraph g = decode_matmul(M, K, N);
         const Schedule sched = plan_schedule(g, t);
         const KernelPlan& kp = sched.kernels.back();
-        EXPECT_EQ(kp.gemv_tma, K * N * 2 >= (int64_t(8) << 20) && (N + 255) / 256 <= t.sm_count);
+        EXPECT_EQ(kp.gemv_tma.has_value(),
+                  K * N * 2 >= (int64_t(8) << 20) && (N + 255) / 256 <= t.sm_count);
         if (!kp.gemv_tma) continue;
         ++planned;
-        EXPECT_TRUE(kp.gemv_bn == 64 || kp.gemv_bn == 128 || kp.gemv_bn == 256);
-        EXPECT_TRUE(kp.gemv_bk % 64 == 0 && kp.gemv_bk >= 64 && kp.gemv_bk <= 256);
-        EXPECT_GE(kp.gemv_stages, 2);
+        const GemvTmaShape& v = *kp.gemv_tma;
+        EXPECT_TRUE(v.bn == 64 || v.bn == 128 || v.bn == 256);
+        EXPECT_TRUE(v.bk % 64 == 0 && v.bk >= 64 && v.bk <= 256);
+        EXPECT_GE(v.stages, 2);
         EXPECT_GE(kp.splits, 1);
         EXPECT_LE(kp.splits, 8);
         EXPECT_LE(kp.grid, t.sm_count);
-        EXPECT_EQ(kp.grid, (N + kp.gemv_bn - 1) / kp.gemv_bn * kp.splits);
+        EXPECT_EQ(kp.grid, (N + v.bn - 1) / v.bn * kp.splits);
         EXPECT_LE(kp.smem + 2048, t.smem_per_block);
         if (kp.splits > 1) {
-          EXPECT_GE(K, kp.splits * 2 * kp.gemv_stages * kp.gemv_bk);
+          EXPECT_GE(K, kp.splits * 2 * v.stages * v.bk);
         }
         // The narrowest column blocks that fit: half as wide would not.
-        if (kp.gemv_bn > 64) {
-          EXPECT_GT((N + kp.gemv_bn / 2 - 1) / (kp.gemv_bn / 2), t.sm_count);
+        if (v.bn > 64) {
+          EXPECT_GT((N + v.bn / 2 - 1) / (v.bn / 2), t.sm_count);
         }
         EXPECT_NE(schedule_to_text(g, sched).find("gemv tma"), std::string::npos);
       }

@@ -24,6 +24,7 @@ namespace kiln {
 // The TMA-streamed GEMV's configuration (runtime/gemv_tma.cuh) for M <= 32 rows, from the
 // planner's measured rule (codegen/schedule.cpp, gemv_tma_shape).
 struct GemvTmaShape {
+  int64_t mt = 1;  // m-tiles of 8 rows (1, 2 or 4: the wgmma n of 8 MT)
   int64_t bn = 0, bk = 0, stages = 0, splits = 1;
   int64_t grid = 0;  // ceil(N / bn) * splits blocks
   int64_t smem = 0;  // dynamic shared memory per block

@@ -167,11 +167,10 @@ struct KernelPlan {
   int gemv_min_blocks = 2;                 // gemv __launch_bounds__ blocks per SM
   int gemv_unroll = 2;                     // gemv k-steps of loads in flight per warp
   bool gemv_cluster = false;               // gemv split-K across a cluster (sm_90a, splits <= 8)
-  // The TMA-streamed GEMV (runtime gemv_tma.cuh, sm_90a): BN columns per block, BK rows of K per
-  // stage, `gemv_stages` stages; split-K (splits) across a cluster. The gemv_warps_* / unroll /
-  // min_blocks / cluster fields above do not apply to it.
-  bool gemv_tma = false;
-  int gemv_bn = 64, gemv_bk = 64, gemv_stages = 8;
+  // Set where a predefined matmul runs as the TMA-streamed GEMV (runtime gemv_tma.cuh, sm_90a;
+  // its splits, grid and smem are also in the fields above and below). The gemv_warps_* /
+  // unroll / min_blocks / cluster fields above do not apply to it.
+  std::optional<GemvTmaShape> gemv_tma;
   // Fusion across kernel-graph ops (predefined ops only). fused_into >= 0: this op has no kernel
   // of its own; the kernel of op fused_into does its work. prologue_op >= 0: this kernel does
   // the work of op prologue_op on its inputs (a weightless rms_norm before a GEMV, an elementwise
