@@ -965,7 +965,7 @@ Lowered fuse_block(const BlockGraph& bg, const Target& target, int max_block_ops
 bool predefined_ok(const PGraph& g, int n) {
   const PNode& x = g.nodes[n];
   if (x.split > 0 || x.kind == OpKind::Input) return false;
-  // The dtype rule over the inputs' node dtypes (spec_dtype) and over their device dtypes (a
+  // The dtype rule over the inputs' node dtypes (spec_dts) and over their device dtypes (a
   // partial is f32 on the device). A node whose own dtype is not the spec rule's was widened to
   // f32 by expand_spec (it feeds an f32 output) and states it; any other node keeps the rule.
   std::vector<DType> spec_dts, dev_dts;
@@ -975,10 +975,8 @@ bool predefined_ok(const PGraph& g, int n) {
     dev_dts.push_back(g.device_dtype(i));
     is_const.push_back(g.is_const(i));
   }
-  auto rule = [&](const std::vector<DType>& dts) {
-    return x.kind == OpKind::Constant ? DType::F32 : infer_op_dtype(x.kind, dts, is_const);
-  };
-  return x.dtype != rule(spec_dts) || rule(dev_dts) == g.device_dtype(n);
+  return x.dtype != infer_op_dtype(x.kind, spec_dts, is_const) ||
+         infer_op_dtype(x.kind, dev_dts, is_const) == g.device_dtype(n);
 }
 
 KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch) {

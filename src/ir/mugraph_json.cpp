@@ -648,7 +648,9 @@ ojson encode_block_op(const KernelGraph& g, const KernelOp& kop, const BlockGrap
   return o;
 }
 
-ojson encode_kernel_op(const KernelGraph& g, const KernelOp& op) {
+// is_const[t]: tensor t is a constant op's result (the dtype rule skips those inputs).
+ojson encode_kernel_op(const KernelGraph& g, const KernelOp& op,
+                       const std::vector<bool>& is_const) {
   ojson o = ojson::object();
   o["name"] = op.name;
   o["op"] = op_name(op.kind);
@@ -660,17 +662,13 @@ ojson encode_kernel_op(const KernelGraph& g, const KernelOp& op) {
     if (!attrs.empty()) o["attrs"] = std::move(attrs);
     // A storage type other than the spec rule's (store_exact_intermediates) is written out.
     std::vector<DType> dts;
-    std::vector<bool> is_const;
+    std::vector<bool> in_const;
     for (int t : op.inputs) {
       dts.push_back(g.tensor(t).dtype);
-      const int p = g.producer(t);
-      is_const.push_back(p >= 0 && g.ops[p].kind == OpKind::Constant);
+      in_const.push_back(is_const[t]);
     }
     const DType dt = g.tensor(op.outputs[0]).dtype;
-    const DType rule = op_info(op.kind).cls == OpClass::Constant
-                           ? DType::F32
-                           : infer_op_dtype(op.kind, dts, is_const);
-    if (dt != rule) o["dtype"] = dtype_name(dt);
+    if (dt != infer_op_dtype(op.kind, dts, in_const)) o["dtype"] = dtype_name(dt);
     return o;
   }
   KILN_ASSERT(op.block != nullptr, "graph-defined op {} without a block graph", op.name);
@@ -698,7 +696,10 @@ ojson encode_graph(const KernelGraph& g) {
   }
   o["inputs"] = std::move(ins);
   ojson ks = ojson::array();
-  for (const KernelOp& op : g.ops) ks.push_back(encode_kernel_op(g, op));
+  std::vector<bool> is_const(g.tensors.size(), false);
+  for (const KernelOp& op : g.ops)
+    if (op.kind == OpKind::Constant) is_const[op.outputs[0]] = true;
+  for (const KernelOp& op : g.ops) ks.push_back(encode_kernel_op(g, op, is_const));
   o["kernels"] = std::move(ks);
   ojson outs = ojson::array();
   for (int t : g.outputs) outs.push_back(g.tensor(t).name);

@@ -77,6 +77,8 @@ class KernelGraphBuilder {
 // `names`, when given, name the inputs in messages ("N is [2, 4096]").
 Shape infer_op_shape(OpKind kind, const std::vector<Shape>& inputs, Attrs& attrs,
                      const std::vector<std::string>* names = nullptr);
+// The dtype of the first input that is not a constant; f32 where there is none (a constant op,
+// or an op of constants only).
 DType infer_op_dtype(OpKind kind, const std::vector<DType>& input_dtypes,
                      const std::vector<bool>& input_is_constant);
 
