@@ -106,6 +106,23 @@ void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double
   c.time = c.t_launch + c.t_fixed + best.first + c.t_fill;
 }
 
+// The fractions of DRAM bandwidth and of the SMs' rates reached by a kernel of `blocks` blocks
+// at efficiency e: no kernel is faster than the SMs its grid covers, and DRAM saturates once a
+// fraction `saturation` of the SMs is busy; compute loses the idle SMs of the last wave.
+void grid_utilization(double blocks, const Target& t, double e, double saturation, double& dram_u,
+                      double& comp_u) {
+  const double sm = t.sm_count;
+  dram_u = e * std::min(1.0, std::min(blocks, sm) / (saturation * sm));
+  comp_u = e * blocks / (std::ceil(blocks / sm) * sm);
+}
+
+// A split-K kernel's last block per output tile sums the float32 partials after the others have
+// landed: one more dependent DRAM round trip, after the stream, not overlapped with it.
+void add_split_round_trip(KernelCost& c, const CostConstants& k) {
+  c.t_fixed += k.dram_latency_s;
+  c.time += k.dram_latency_s;
+}
+
 // A graph-defined GEMM with an elementwise epilogue that the emitter lowers to the runtime's
 // warp-specialized wgmma mainloop (codegen/contraction.h): 128 x 128 output tiles, each a block
 // on its own SM. Tensor-core efficiency from the H100 timings of that kernel (docs/runtime.md:
@@ -137,7 +154,7 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
   c.l2_bytes = bytes(p.a) * double((p.n + 127) / 128 - 1);
   for (int b : p.b) c.l2_bytes += bytes(b) * double((p.m + 127) / 128 - 1);
   if (const std::optional<GemvTmaShape>& v = p.gemv) {
-    // M <= 32: the TMA GEMV, modeled like the predefined GEMV (a weight stream at the GEMV's
+    // M <= 32: the TMA GEMV, modeled as the predefined one (a weight stream at the GEMV's
     // efficiency over the SMs its grid covers; a cluster's k-splits add one round trip).
     c.blocks = v->grid;
     c.waves = 1;
@@ -145,15 +162,10 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
     c.pipeline_stages = v->stages;
     c.l2_bytes = bytes(p.a) * double((p.n + v->bn - 1) / v->bn);
     c.tc_flops = 2.0 * nb * double(pad(p.m, 8)) * double(p.n) * double(p.k);
-    const double B = double(v->grid), sm = t.sm_count;
-    const double dram_u =
-        k.gemv_efficiency * std::min(1.0, std::min(B, sm) / (k.gemv_tma_saturation * sm));
-    const double comp_u = k.gemv_efficiency * B / (std::ceil(B / sm) * sm);
+    double dram_u, comp_u;
+    grid_utilization(double(v->grid), t, k.gemv_efficiency, k.gemv_tma_saturation, dram_u, comp_u);
     finish_times(c, t, k, dram_u, comp_u);
-    if (v->splits > 1) {
-      c.t_fixed += k.dram_latency_s;
-      c.time += k.dram_latency_s;
-    }
+    if (v->splits > 1) add_split_round_trip(c, k);
     return c;
   }
   c.tc_flops = 2.0 * nb * double(pad(p.m, 128)) * double(pad(p.n, 128)) * double(pad(p.k, 64));
@@ -389,20 +401,15 @@ KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Targe
   else if (op.kind != OpKind::MatMul)
     e = k.row_efficiency;
   double dram_u = e, comp_u = e;
-
   if (plan && plan->grid > 0) {
-    double B = double(plan->grid), sm = t.sm_count;
     c.blocks = plan->grid;
-    dram_u *= std::min(1.0, std::min(B, sm) / (k.dram_saturation * sm));
-    comp_u *= B / (std::ceil(B / sm) * sm);
+    // The TMA GEMV (the same runtime kernel as a lowered decode contraction) saturates DRAM from
+    // fewer SMs than the other kernels.
+    grid_utilization(double(plan->grid), t, e,
+                     plan->gemv_tma ? k.gemv_tma_saturation : k.dram_saturation, dram_u, comp_u);
   }
   finish_times(c, t, k, dram_u, comp_u);
-  // A split-K kernel's last block per output tile sums the float32 partials after the others
-  // have landed: one more dependent DRAM round trip, after the stream, not overlapped with it.
-  if (plan && plan->splits > 1) {
-    c.t_fixed += k.dram_latency_s;
-    c.time += k.dram_latency_s;
-  }
+  if (plan && plan->splits > 1) add_split_round_trip(c, k);
   return c;
 }
 
