@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "../../runtime/attention.cuh"
@@ -22,14 +23,7 @@
 
 using namespace kiln::rt;
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
+#include "gpu_timing.h"
 
 static const int kMq = 256, kD = 64, kNK = 4096, kDV = 64;
 
@@ -253,39 +247,8 @@ static void case_run(const char* name, Prob p, int splits, bool timed) {
   const bool ok = err <= tol;
   double us = 0;
   if (ok && timed) {
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
-    for (int i = 0; i < 3; ++i) CK(rn.run(devs[i % copies], st));
-    CK(cudaStreamSynchronize(st));
-    const int calls = 20;
-    cudaGraph_t graph;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < calls; ++i) CK(rn.run(devs[i % copies], st));
-    CK(cudaStreamEndCapture(st, &graph));
-    cudaGraphExec_t exec;
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaStreamSynchronize(st));
-    std::vector<float> ts;
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int r = 0; r < 25; ++r) {
-      CK(cudaEventRecord(a, st));
-      CK(cudaGraphLaunch(exec, st));
-      CK(cudaEventRecord(b, st));
-      CK(cudaEventSynchronize(b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      ts.push_back(ms * 1000 / calls);
-    }
-    std::sort(ts.begin(), ts.end());
-    us = ts[ts.size() / 2];
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    CK(cudaStreamDestroy(st));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
+    // Medians of 25 replays of a CUDA graph of 20 calls, inputs rotating over the copies.
+    us = time_us([&](int i, cudaStream_t st) { CK(rn.run(devs[i % copies], st)); }, 20, 25);
   }
   printf("ATTN H=%-3d %-34s split %d  %s  err %.2e  us %8.2f\n", p.H, name, splits,
          ok ? "ok  " : "FAIL", err, us);

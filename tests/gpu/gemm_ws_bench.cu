@@ -1,7 +1,6 @@
 // Warp-specialized GEMM measurement (a tool, not a test): times runtime/wgmma.cuh's persistent
 // TMA + wgmma GEMM (WgmmaGemmWS, wgmma_ws_gemm_launch) over its knobs (stages, cluster size,
-// raster group, epilogue stores) next to the non-persistent kernel it replaced (copied below as
-// OldWS / old_ws_kernel, as of commit cdb6d08), on the gated MLP (NB = 2: silu(X W1) * (X W2))
+// raster group, epilogue stores) on the gated MLP (NB = 2: silu(X W1) * (X W2))
 // and the plain GEMM (NB = 1) at 4096^3 and a ragged shape. Every timed configuration's output
 // is checked: no NaN anywhere, and 4096 sampled elements against a float64 reference.
 //
@@ -25,161 +24,7 @@
 
 using namespace kiln::rt;
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
 #include "gpu_timing.h"
-
-namespace kiln {
-namespace rt {
-// ---- The previous kernel, verbatim but renamed -------------------------------------------------
-template <typename T, int NB, int STAGES>
-struct OldWS {
-  static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
-  static constexpr int kThreads = 384;
-  using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
-  using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
-  static constexpr int kBBytes = 2 * PanelB::kBytes;  // one weight's 64 x 128 stage
-  static constexpr int kStageBytes = TileA::kBytes + NB * kBBytes;
-  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
-  static_assert(NB == 1 || NB == 2, "one or two weights");
-  static_assert(kSmemBytes <= 227 * 1024, "too many stages for shared memory");
-};
-
-template <class G, typename TO, class Epi>
-__global__ void __launch_bounds__(384, 1)
-    old_ws_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_b0,
-                  const __grid_constant__ TmaDesc map_b1, TO* C, int64_t ldc, int M, int N, int K,
-                  Epi epi) {
-  using T = typename G::TileA::Elem;
-  using TileA = typename G::TileA;
-  using PanelB = typename G::PanelB;
-  constexpr int S = G::kStages, NB = G::kNB;
-  extern __shared__ __align__(1024) char old_ws_smem_raw[];
-  __shared__ __align__(8) uint64_t full[S], empty[S];
-  char* smem = old_ws_smem_raw + ((1024 - (smem_u32(old_ws_smem_raw) & 1023)) & 1023);
-  const int tid = threadIdx.x, wg = tid >> 7;
-  const int m0 = blockIdx.y * G::kBM, n0 = blockIdx.x * G::kBN;
-  const int ktiles = ceil_div(K, G::kBK);
-  auto stage = [&](int s) { return smem + s * G::kStageBytes; };
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2);  // one arrival per consumer warpgroup
-    }
-    fence_mbar_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    // Producer. No block-wide barrier may follow the role split.
-    setmaxnreg_dec_40();
-    if (tid == 0) {
-      tma_prefetch_desc(&map_a);
-      tma_prefetch_desc(&map_b0);
-      if (NB > 1) tma_prefetch_desc(&map_b1);
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % S;
-        if (kt >= S) mbar_wait(&empty[s], ((kt / S) - 1) & 1);  // consumers released it
-        char* p = stage(s);
-        mbar_arrive_expect_tx(&full[s], G::kStageBytes);
-        tma_load_2d(p, &map_a, m0, kt * G::kBK, &full[s]);
-#pragma unroll
-        for (int v = 0; v < NB; ++v) {
-          const TmaDesc* mb = v == 0 ? &map_b0 : &map_b1;
-          char* pb = p + TileA::kBytes + v * G::kBBytes;
-          tma_load_2d(pb, mb, kt * G::kBK, n0, &full[s]);
-          tma_load_2d(pb + PanelB::kBytes, mb, kt * G::kBK, n0 + 64, &full[s]);
-        }
-      }
-    }
-  } else {
-    setmaxnreg_inc_232();
-    const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
-    float d0[64], d1[NB > 1 ? 64 : 1];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) d0[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < (NB > 1 ? 64 : 1); ++i) d1[i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int s = kt % S;
-      mbar_wait(&full[s], (kt / S) & 1);
-      const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
-      const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < G::kBK / 16; ++kk) {
-        const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
-        wgmma_m64n128k16<T>(d0, da, wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024));
-        if constexpr (NB > 1)
-          wgmma_m64n128k16<T>(
-              d1, da, wgmma_desc_sw128(b_base + G::kBBytes + kk * 2048, PanelB::kBytes, 1024));
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
-      if (kt > 0 && (tid & 127) == 0) mbar_arrive(&empty[(kt - 1) % S]);
-    }
-    wgmma_wait<0>();
-    wgmma_fence_acc(d0);
-    if constexpr (NB > 1) wgmma_fence_acc(d1);
-
-    const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = m0 + c * 64 + 16 * w + g + 8 * h, col = n0 + 8 * i + 2 * t;
-        if (r >= M || col >= N) continue;
-        const int q = 4 * i + 2 * h;
-        const float v00 = d0[q], v01 = d0[q + 1];
-        const float v10 = NB > 1 ? d1[NB > 1 ? q : 0] : 0.0f;
-        const float v11 = NB > 1 ? d1[NB > 1 ? q + 1 : 0] : 0.0f;
-        TO* p = C + r * ldc + col;
-        const float y0 = epi(v00, v10, r, col);
-        if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
-          const float y1 = epi(v01, v11, r, col + 1);
-          if constexpr (sizeof(TO) == 4) {
-            *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
-          } else {
-            *reinterpret_cast<uint32_t*>(p) = pack2<TO>(y0, y1);
-          }
-        } else {
-          p[0] = from_f32<TO>(y0);
-          if (col + 1 < N) p[1] = from_f32<TO>(epi(v01, v11, r, col + 1));
-        }
-      }
-  }
-}
-// Encodes the tensor maps and launches old_ws_kernel; grid (ceil(N / 128),
-// ceil(M / 128)). B1 is read only when G::kNB == 2. sm_90a only.
-template <class G, typename TO, class Epi>
-inline cudaError_t old_ws_launch(const typename G::TileA::Elem* A, int64_t lda,
-                                 const typename G::TileA::Elem* B0,
-                                 const typename G::TileA::Elem* B1, int64_t ldb, TO* C, int64_t ldc,
-                                 int M, int N, int K, Epi epi, cudaStream_t stream) {
-  cudaError_t e = require_sm90();
-  if (e != cudaSuccess) return e;
-  TmaDesc ma, mb0, mb1;
-  e = tma_encode_2d(&ma, A, M, K, lda, G::kBM, G::kBK, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mb1, G::kNB > 1 ? B1 : B0, K, N, ldb, G::kBK, 64, true);
-  if (e != cudaSuccess) return e;
-  constexpr auto kernel = old_ws_kernel<G, TO, Epi>;
-  e = raise_smem_limit_once<kernel>(G::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
-  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(ma, mb0, mb1, C, ldc, M, N, K, epi);
-  return cudaGetLastError();
-}
-}  // namespace rt
-}  // namespace kiln
 
 // ---- Inputs ------------------------------------------------------------------------------------
 
@@ -314,17 +159,6 @@ Launch new_ws(Problem<T>& p, WgmmaWsTuning tune = WgmmaWsTuning()) {
                                    p.K, WgmmaEpiIdentity(), st, tune);
   };
 }
-template <typename T, class G>
-Launch old_ws(Problem<T>& p) {
-  return [&p](int s, cudaStream_t st) {
-    if (p.nb == 2)
-      return old_ws_launch<G>(p.X[s], p.lda, p.W0[s], p.W1[s], p.ldb, p.C, p.ldc, p.M, p.N, p.K,
-                              WgmmaEpiSiluMul(), st);
-    return old_ws_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.ldb, p.C, p.ldc, p.M, p.N, p.K,
-                            WgmmaEpiIdentity(), st);
-  };
-}
-
 static WgmmaWsTuning tuning(int group_m, bool tma_store = true, int max_clusters = 0) {
   WgmmaWsTuning t;
   t.group_m = group_m, t.tma_store = tma_store, t.max_clusters = max_clusters;
@@ -371,7 +205,6 @@ int main(int argc, char** argv) {
   {
     // Small ragged problems (checked in full; for compute-sanitizer): odd tile rows, capped grids.
     Problem<H> p(520, 392, 1000, 2), q(300, 136, 520, 1, 0, 0, 144);
-    run("small mlp2 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("small mlp2 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p), filter);
     run("small mlp2 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
     run("small mlp2 new cl2 s3 capped", p,
@@ -386,7 +219,6 @@ int main(int argc, char** argv) {
     Problem<H> p(4096, 4096, 4096, 2);
     using C1 = WgmmaGemmWS<H, 2, 4, 1>;
     using C2 = WgmmaGemmWS<H, 2, 4, 2>;
-    run("mlp2 4096 f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("mlp2 4096 f16 new cl1 s3", p, new_ws<H, WgmmaGemmWS<H, 2, 3, 1>>(p), filter);
     run("mlp2 4096 f16 new cl1 s4", p, new_ws<H, C1>(p), filter);
     run("mlp2 4096 f16 new cl1 s4 g4", p, new_ws<H, C1>(p, tuning(4)), filter);
@@ -401,13 +233,11 @@ int main(int argc, char** argv) {
     run("mlp2 4096 f16 new cl2 s4 g16", p, new_ws<H, C2>(p, tuning(16)), filter);
     run("mlp2 4096 f16 new cl2 s4 direct-store", p, new_ws<H, C2>(p, tuning(8, false)), filter);
     run("mlp2 4096 f16 new cl2 s4 fast-epi", p, new_ws<H, C2, EpiSiluMulFast>(p), filter);
-    run("mlp2 4096 f16 old s3 (again)", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("mlp2 4096 f16 new cl1 s4 (again)", p, new_ws<H, C1>(p), filter);
     run("mlp2 4096 f16 new cl2 s4 (again)", p, new_ws<H, C2>(p), filter);
   }
   {
     Problem<H> p(4096, 4096, 4096, 1);
-    run("mm1 4096 f16 old s4", p, old_ws<H, OldWS<H, 1, 4>>(p), filter);
     run("mm1 4096 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(p), filter);
     run("mm1 4096 f16 new cl1 s6", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 1>>(p), filter);
     run("mm1 4096 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
@@ -415,20 +245,17 @@ int main(int argc, char** argv) {
   }
   {
     Problem<BF> p(4096, 4096, 4096, 2);
-    run("mlp2 4096 bf16 old s3", p, old_ws<BF, OldWS<BF, 2, 3>>(p), filter);
     run("mlp2 4096 bf16 new cl1 s4", p, new_ws<BF, WgmmaGemmWS<BF, 2, 4, 1>>(p), filter);
     run("mlp2 4096 bf16 new cl2 s4", p, new_ws<BF, WgmmaGemmWS<BF, 2, 4, 2>>(p), filter);
   }
   {
     Problem<H> p(4000, 4040, 4000, 2);
-    run("mlp2 4000x4040x4000 f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("mlp2 4000x4040x4000 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p), filter);
     run("mlp2 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p), filter);
   }
   {
     // The same dims with 128-byte aligned rows (ld 4032, 4096, 4096): isolates misaligned rows.
     Problem<H> p(4000, 4040, 4000, 2, 4032, 4096, 4096);
-    run("mlp2 4000x4040x4000 ld128B f16 old s3", p, old_ws<H, OldWS<H, 2, 3>>(p), filter);
     run("mlp2 4000x4040x4000 ld128B f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 1>>(p),
         filter);
     run("mlp2 4000x4040x4000 ld128B f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 2, 4, 2>>(p),
@@ -436,7 +263,6 @@ int main(int argc, char** argv) {
   }
   {
     Problem<H> p(4000, 4040, 4000, 1);
-    run("mm1 4000x4040x4000 f16 old s4", p, old_ws<H, OldWS<H, 1, 4>>(p), filter);
     run("mm1 4000x4040x4000 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(p), filter);
     run("mm1 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
   }

@@ -1,8 +1,19 @@
-// Timing shared by tests/gpu/runtime_test.cu and tests/gpu/gemv_sweep.cu (CUDA toolkit only).
-// The including file defines CK(x), its CUDA error check, and includes <functional>,
-// <algorithm> and <vector>.
+// Timing shared by the GPU tests and measurement tools in tests/gpu (CUDA toolkit only). The
+// including file includes <functional>, <algorithm>, <vector> and <cstdio>, and may define
+// CK(x), its CUDA error check, first; the default prints the failing call and exits 1.
 #ifndef KILN_TESTS_GPU_TIMING_H
 #define KILN_TESTS_GPU_TIMING_H
+
+#ifndef CK
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+#endif
 
 // Median time of one call over `replays` replays of a CUDA graph of `iters` calls (call(i)
 // rotates its inputs), after three warm-up calls and one warm-up replay.
