@@ -131,6 +131,23 @@ TEST(MugraphJson, WritesEveryAcceptedAttrExplicitly) {
   EXPECT_EQ(j["target"], "sm_90a");
 }
 
+// Writing is linear in the number of ops: a 100k-op chain (a spec file may hold that many
+// nodes) would take hours if each op's dtype check scanned the graph for its inputs' producers.
+TEST(MugraphJson, WritingALongChainIsLinear) {
+  KernelGraphBuilder b("chain");
+  int t = b.input("X", {4}, DType::F16);
+  Attrs two;
+  two.value = 2.0;
+  const int c = b.op(OpKind::Constant, {}, two, "two");
+  for (int i = 0; i < 100000; ++i)
+    t = b.op(i % 2 ? OpKind::Neg : OpKind::Mul,
+             i % 2 ? std::vector<int>{t} : std::vector<int>{c, t}, {}, "n" + std::to_string(i));
+  b.output(t);
+  const json j = mugraph_to_json(std::move(b).finish());
+  ASSERT_EQ(j["kernels"].size(), 100001u);
+  EXPECT_FALSE(j["kernels"][2].contains("dtype"));  // mul(2, X) is f16 by the rule
+}
+
 TEST(MugraphJson, DoublesSurviveExactly) {
   KernelGraphBuilder b("consts");
   int x = b.input("X", {4}, DType::F32);
