@@ -19,16 +19,34 @@ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// Irwin-Hall normal value (codegen/kiln_rng.h's kiln_rng_normal, docs/interpreter.md).
+float normal_value(uint64_t stream, uint64_t e, float sd) {
+  const uint64_t ns = mix64(stream ^ 0x6e6f726d616cull);
+  int32_t s = 0;
+  for (uint64_t j = 0; j < 12; ++j)
+    s += static_cast<int32_t>(mix64(ns + kGolden * (12 * e + j + 1)) >> 44);
+  s -= 6 << 20;
+  if (s == 0) s = 1;
+  const float x = static_cast<float>(s) * 0x1p-20f;  // exact
+  return x * sd;
+}
+
 }  // namespace
 
-HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index) {
+HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index, double normal_std) {
   HostTensor h{t.shape, t.dtype, {}};
   const int64_t n = interp::elements(t.shape);
   h.data.resize(static_cast<size_t>(n));
   const uint64_t stream = mix64(seed + kGolden * (static_cast<uint64_t>(input_index) + 1));
+  const float sd = static_cast<float>(normal_std);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1 << 16),
                     [&](const tbb::blocked_range<int64_t>& r) {
                       for (int64_t e = r.begin(); e < r.end(); ++e) {
+                        if (normal_std > 0) {
+                          h.data[e] = interp::round_float_to_dtype(
+                              normal_value(stream, static_cast<uint64_t>(e), sd), t.dtype);
+                          continue;
+                        }
                         uint64_t z = mix64(stream + kGolden * (static_cast<uint64_t>(e) + 1));
                         // Top 24 bits, centred: an integer in [-2^23, 2^23), never 0.
                         int32_t k = static_cast<int32_t>(z >> 40) - (1 << 23);
@@ -40,10 +58,10 @@ HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index) {
   return h;
 }
 
-std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed) {
+std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed, double normal_std) {
   std::vector<HostTensor> v;
   for (size_t i = 0; i < g.inputs.size(); ++i)
-    v.push_back(random_tensor(g.tensor(g.inputs[i]), seed, static_cast<int>(i)));
+    v.push_back(random_tensor(g.tensor(g.inputs[i]), seed, static_cast<int>(i), normal_std));
   return v;
 }
 

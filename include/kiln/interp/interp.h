@@ -26,9 +26,12 @@ struct HostTensor {
 
 // The documented seeded generator (docs/interpreter.md): element e of input i under seed s is a
 // pure function of (s, i, e), uniform in [-0.5, 0.5) on a 2^-24 grid, rounded to the dtype with
-// round-to-nearest-even. Bit-for-bit reproducible on a GPU.
-HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index);
-std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed);
+// round-to-nearest-even. Bit-for-bit reproducible on a GPU. With normal_std > 0 the values are
+// instead normal of that standard deviation (Irwin-Hall of 12 uniforms, from a second stream of
+// the same input; the range rule of the spec format asks for std 1), equally reproducible.
+HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index,
+                         double normal_std = 0);
+std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed, double normal_std = 0);
 
 struct EvalOptions {
   Precision precision = Precision::F64;
