@@ -113,8 +113,14 @@ const FieldContext& field_context(size_t i) {
   return *ctx[i];
 }
 
-FieldDomain::FieldDomain(const FieldContext& ctx, uint64_t seed, std::atomic<uint64_t>* zero_divs)
-    : f_(ctx), seed_(seed), order_key_(mix64(seed ^ 0x6f72646572ull)), zero_divs_(zero_divs) {}
+FieldDomain::FieldDomain(const FieldContext& ctx, uint64_t seed, std::atomic<uint64_t>* zero_divs,
+                         SelectionOrder order, bool free_selections)
+    : f_(ctx),
+      seed_(seed),
+      order_key_(mix64(seed ^ 0x6f72646572ull)),
+      zero_divs_(zero_divs),
+      order_(order),
+      free_(free_selections) {}
 
 FieldValue FieldDomain::from_int(int64_t v) const {
   uint64_t m = v < 0 ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
@@ -136,6 +142,12 @@ FieldValue FieldDomain::dyadic(double x) const {
 }
 
 FieldValue FieldDomain::from_double(double x) const {
+  V v = constant_value(x);
+  v.c = 1;
+  return v;
+}
+
+FieldValue FieldDomain::constant_value(double x) const {
   if (x == 0) return V{};
   uint64_t bits = std::bit_cast<uint64_t>(x);
   if (!std::isfinite(x)) return prf(0x6e6f6e66696e6974ull, V{bits, 0, 0});
@@ -173,7 +185,7 @@ FieldValue FieldDomain::from_double(double x) const {
 FieldValue FieldDomain::inverse(V x) const {
   if (x.a == 0 || (!x.t && x.b == 0)) {
     if (zero_divs_) zero_divs_->fetch_add(1, std::memory_order_relaxed);
-    return V{0, 0, x.t};
+    return V{0, 0, x.t, x.c};
   }
   // Divisions repeat the same divisor along a row (softmax, rms_norm): remember the last two.
   struct Entry {
@@ -183,17 +195,17 @@ FieldValue FieldDomain::inverse(V x) const {
   thread_local Entry cache[2];
   thread_local unsigned next = 0;
   for (const Entry& c : cache)
-    if (c.ctx == &f_ && c.x.a == x.a && c.x.b == x.b && c.x.t == x.t) return c.r;
-  V r{f_.mp.inv(x.a), x.t ? 0u : f_.mq.inv(x.b), x.t};
+    if (c.ctx == &f_ && c.x.a == x.a && c.x.b == x.b && c.x.t == x.t && c.x.c == x.c) return c.r;
+  V r{f_.mp.inv(x.a), x.t ? 0u : f_.mq.inv(x.b), x.t, x.c};
   cache[next++ % 2] = Entry{&f_, x, r};
   return r;
 }
 
 FieldValue FieldDomain::exp(V x) const {
-  if (!x.t) return V{f_.g_pow(f_.mq.from(x.b)), 0, 1};
+  if (!x.t) return V{f_.g_pow(f_.mq.from(x.b)), 0, 1, x.c};
   // No homomorphic meaning left: a consistent pseudo-random nonzero value.
   V r = prf(0x6578702d74ull, x);
-  return V{r.a ? r.a : f_.mp.one, 0, 1};
+  return V{r.a ? r.a : f_.mp.one, 0, 1, x.c};
 }
 
 FieldValue FieldDomain::prf(uint64_t tag, V x) const {
@@ -201,7 +213,7 @@ FieldValue FieldDomain::prf(uint64_t tag, V x) const {
   uint64_t h2 = mix64(h1 ^ 0x5bd1e9955bd1e995ull);
   uint64_t a = static_cast<uint64_t>((static_cast<unsigned __int128>(h1) * f_.pair.p) >> 64);
   uint32_t b = static_cast<uint32_t>(((h2 >> 32) * f_.pair.q) >> 32);
-  return V{a, b, 0};
+  return V{a, b, 0, x.c};
 }
 
 FieldValue FieldDomain::random(uint64_t input_key, int64_t e) const {
@@ -225,7 +237,7 @@ FieldValue FieldDomain::unary_slow(OpKind k, const Attrs& at, V x) const {
     case OpKind::Silu:
       return mul(x, prf(mix64(uint64_t(OpKind::Sigmoid) + 0x7072660000ull), x));
     case OpKind::Relu:
-      return max(x, V{});
+      return max(x, from_double(0.0));
     case OpKind::Gelu:
       return prf(tag ^ static_cast<uint64_t>(at.approximate), x);
     case OpKind::LeakyRelu:

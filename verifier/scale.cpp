@@ -1,4 +1,4 @@
-// Symbolic dims by unification, unit scaling, extent constants, and graph rebuilding.
+// Symbolic dims by unification, unit scaling, full-size counts, and graph rebuilding.
 #include "kiln/verifier/scale.h"
 
 #include <algorithm>
@@ -291,49 +291,23 @@ class Unifier {
   }
 };
 
-// A reduction that divides by n implicitly (mean, rms_norm), over a slot of class `slot`.
-struct ImplicitCount {
-  int slot;
-  int64_t n;
-};
-
-void collect_counts(const KernelGraph& g, const GraphSlots& gs, std::vector<ImplicitCount>& out) {
-  for (size_t oi = 0; oi < g.ops.size(); ++oi) {
-    const KernelOp& op = g.ops[oi];
-    if (op.kind == OpKind::Mean) {
-      int t = op.inputs.at(0);
-      out.push_back({gs.tensor[t][op.attrs.dim], g.tensor(t).shape[op.attrs.dim]});
-    } else if (op.kind == OpKind::RmsNorm) {
-      int t = op.inputs.at(0);
-      out.push_back({gs.tensor[t].back(), g.tensor(t).shape.back()});
-    } else if (op.kind == OpKind::GraphDefined) {
-      const BlockGraph& bg = *op.block;
-      for (const BlockOp& bo : bg.ops)
-        if (bo.kind == OpKind::Mean) {
-          int i = bo.inputs.at(0);
-          out.push_back({gs.tile[oi][i][bo.attrs.dim], bg.ops[i].shape[bo.attrs.dim]});
-        }
-    }
-  }
-}
-
-// Calls f(double&) on every constant of g (kernel, block and thread level), copying block
-// and thread graphs on write.
-template <class F>
-void for_constants(KernelGraph& g, F&& f) {
+// Mean and rms_norm divide by a count; in the scaled instance they keep the full-size count
+// (Attrs::count), so the instance is the full one with offsets deleted from every reduction and
+// every constant unchanged: no literal is ever reinterpreted because of its value.
+void keep_full_counts(KernelGraph& g) {
   for (KernelOp& op : g.ops) {
-    if (op.kind == OpKind::Constant) f(op.attrs.value);
-    if (op.kind != OpKind::GraphDefined) continue;
-    auto bg = std::make_shared<BlockGraph>(*op.block);
-    for (BlockOp& bo : bg->ops) {
-      if (bo.kind == OpKind::Constant) f(bo.attrs.value);
-      if (bo.kind == OpKind::Fused) {
-        auto tg = std::make_shared<ThreadGraph>(*bo.thread);
-        for (ThreadOp& to : tg->ops)
-          if (to.kind == OpKind::Constant) f(to.attrs.value);
-        bo.thread = tg;
-      }
+    if ((op.kind == OpKind::Mean || op.kind == OpKind::RmsNorm) && op.attrs.count == 0) {
+      const Shape& x = g.tensor(op.inputs.at(0)).shape;
+      op.attrs.count = op.kind == OpKind::Mean ? x.at(op.attrs.dim) : x.back();
     }
+    if (op.kind != OpKind::GraphDefined) continue;
+    bool any = false;
+    for (const BlockOp& bo : op.block->ops) any |= bo.kind == OpKind::Mean;
+    if (!any) continue;
+    auto bg = std::make_shared<BlockGraph>(*op.block);
+    for (BlockOp& bo : bg->ops)
+      if (bo.kind == OpKind::Mean && bo.attrs.count == 0)
+        bo.attrs.count = bg->ops.at(bo.inputs.at(0)).shape.at(bo.attrs.dim);
     op.block = bg;
   }
 }
@@ -367,17 +341,6 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
     for (size_t d = 0; d < x.size(); ++d) u.cls.unify(x[d], y[d]);
   }
 
-  std::vector<ImplicitCount> counts;
-  collect_counts(a, sa, counts);
-  collect_counts(b, sb, counts);
-  std::vector<double> constants;
-  {
-    KernelGraph ca = a, cb = b;
-    auto grab = [&](double& v) { constants.push_back(v); };
-    for_constants(ca, grab);
-    for_constants(cb, grab);
-  }
-
   Classes& cls = u.cls;
   auto scaled_unit = [&](int slot) {
     int64_t unit = cls.unit(slot);
@@ -386,35 +349,9 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
   auto scaled_extent = [&](int slot) {
     return cls.extent(slot) / cls.unit(slot) * scaled_unit(slot);
   };
-  // Constants standing for a count n (as 1/n or n) of a class that shrinks: each must map to
-  // one new value, else the classes involved keep their size.
-  std::map<double, double> rewrite;
-  for (bool changed = true; changed;) {
-    changed = false;
-    rewrite.clear();
-    std::map<double, std::set<int>> owners;
-    std::set<double> ambiguous;
-    for (const ImplicitCount& c : counts) {
-      if (c.n < 3 || cls.unit(c.slot) == scaled_unit(c.slot)) continue;
-      int64_t n2 = c.n / cls.unit(c.slot) * scaled_unit(c.slot);
-      for (auto [from, to] :
-           {std::pair{1.0 / double(c.n), 1.0 / double(n2)}, std::pair{double(c.n), double(n2)}}) {
-        if (std::find(constants.begin(), constants.end(), from) == constants.end()) continue;
-        owners[from].insert(cls.find(c.slot));
-        auto [it, fresh] = rewrite.emplace(from, to);
-        if (!fresh && it->second != to) ambiguous.insert(from);
-      }
-    }
-    for (double v : ambiguous)
-      for (int root : owners[v]) {
-        cls.constrain(root, 1);
-        changed = true;
-      }
-  }
-
   // Prefix shrinking: fewer units in a class, by cutting the one grid dim (or loop dim) that
   // partitions it in each block graph, or its whole tile where nothing does, keeping at least
-  // two blocks (iterations). Classes tied to an extent constant are left alone.
+  // two blocks (iterations).
   std::map<int, int64_t> cut_by;  // class root -> factor h
   struct Cut {
     int graph;
@@ -425,11 +362,6 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
   };
   std::vector<Cut> cuts;
   if (opt.prefix) {
-    std::set<int> tied;
-    for (const ImplicitCount& c : counts)
-      for (double v : {1.0 / double(c.n), double(c.n)})
-        if (std::find(constants.begin(), constants.end(), v) != constants.end())
-          tied.insert(cls.find(c.slot));
     std::map<int, int64_t> units;  // class root -> number of units
     for (int sl = 0; sl < cls.size(); ++sl) {
       int64_t n = cls.extent(sl) / cls.unit(sl);
@@ -439,7 +371,7 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
     const KernelGraph* gr[2] = {&a, &b};
     const GraphSlots* gsl[2] = {&sa, &sb};
     for (auto [root, count] : units) {
-      if (count < 8 || tied.count(root)) continue;
+      if (count < 8) continue;
       int64_t divisor = count, limit = count / 2;
       bool ok = true;
       std::vector<Cut> mine;
@@ -511,6 +443,7 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
   std::set<int> shrunk;
   auto rescale = [&](const KernelGraph& g, const GraphSlots& gs, int gi) {
     KernelGraph c = g;
+    keep_full_counts(c);  // before any shape changes: the counts are the full-size ones
     for (int t : c.inputs) {
       Shape& s = c.tensors[t].shape;
       for (size_t d = 0; d < s.size(); ++d) {
@@ -525,10 +458,6 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
       (cut.grid ? bg->grid : bg->loop)[cut.dim] /= cut.h;
       c.ops[cut.op].block = bg;
     }
-    for_constants(c, [&](double& v) {
-      auto it = rewrite.find(v);
-      if (it != rewrite.end()) v = it->second, ++r.constants_rewritten;
-    });
     return c;
   };
   KernelGraph a2 = rescale(a, sa, 0), b2 = rescale(b, sb, 1);
@@ -536,7 +465,6 @@ ScaledPair scale_pair(const KernelGraph& a, const KernelGraph& b, const ScaleOpt
   if (!r.scaled) {
     r.a = a;
     r.b = b;
-    r.constants_rewritten = 0;
   } else {
     r.a = rebuild_graph(a2);
     r.b = rebuild_graph(b2);

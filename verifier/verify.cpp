@@ -74,12 +74,13 @@ struct Sampling {
 };
 
 // Rows of each output to evaluate when a graph is too big: candidates from sample_rows (first and
-// last row, then the others in a seeded order); each output keeps its first candidate, and more are
-// added, up to `want` per output, while the planned work of both graphs stays within
-// max(budget, 1.5 x the work of the first rows). Rows that share their tiles with chosen ones come
-// almost free.
+// last row, then the others in a seeded order); each output keeps its first `mandatory`
+// candidates (the first row; the last; a random one), and more are added, up to `want` per
+// output, while the planned work of both graphs stays within max(budget, 1.5 x the work of the
+// mandatory rows). Rows that share their tiles with chosen ones come almost free.
 std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const KernelGraph& b,
-                                              int64_t want, double budget, uint64_t seed) {
+                                              int64_t want, double budget, uint64_t seed,
+                                              size_t mandatory = 1) {
   const size_t n = a.outputs.size();
   std::vector<std::vector<int64_t>> cand(n), sel(n);
   for (size_t i = 0; i < n; ++i) {
@@ -92,7 +93,7 @@ std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const Kernel
                              rows.end() - std::min<size_t>(1, rows.size() - 1));
     for (size_t k = mid.size(); k > 1; --k) std::swap(mid[k - 1], mid[mix64(seed ^ k) % k]);
     cand[i].insert(cand[i].end(), mid.begin(), mid.end());
-    sel[i] = {cand[i][0]};
+    sel[i].assign(cand[i].begin(), cand[i].begin() + std::min(mandatory, cand[i].size()));
   }
   auto cost = [&](const std::vector<std::vector<int64_t>>& rows) {
     return estimate_work(a, interp::plan_rows(a, rows)) +
@@ -100,7 +101,8 @@ std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const Kernel
   };
   const double limit = std::max(budget, 1.5 * cost(sel));
   for (size_t i = 0; i < n; ++i)
-    for (size_t k = 1; k < cand[i].size() && static_cast<int64_t>(sel[i].size()) < want; ++k) {
+    for (size_t k = sel[i].size(); k < cand[i].size() && static_cast<int64_t>(sel[i].size()) < want;
+         ++k) {
       auto next = sel;
       next[i].push_back(cand[i][k]);
       if (cost(next) <= limit) sel = std::move(next);
@@ -187,14 +189,19 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
                                      s0.active ? &s0.plan_a : nullptr);
     auto ob = interp::evaluate_graph(db, *gb, inputs_for(*gb, db, make),
                                      s0.active ? &s0.plan_b : nullptr);
-    uint64_t dout = 1;
+    uint64_t dout = 1, dself = 1;
     for (size_t i = 0; i < oa.size(); ++i)
       for_compared(s0, i, oa[i].shape, [&](int64_t e) {
         const Degree x = oa[i].data[e], y = ob[i].data[e];
         dout = std::max<uint64_t>(dout, std::max(uint64_t(x.n) + y.m, uint64_t(y.n) + x.m));
+        dself = std::max<uint64_t>(dself, 2 * std::max(uint64_t(x.n) + x.m, uint64_t(y.n) + y.m));
       });
-    v.degree = dout + sa.exp_arg + sb.exp_arg + sa.prf_arg + sb.prf_arg;
     v.selections = sa.selections + sb.selections;
+    // With selections, each trial also tests each graph for dependence on them (the same
+    // outputs with every selection replaced by a fresh variable): a difference of degree at most
+    // 2 (n + m) that is missed with probability at most that over q.
+    v.degree =
+        dout + sa.exp_arg + sb.exp_arg + sa.prf_arg + sb.prf_arg + (v.selections ? dself : 0);
   }
   v.per_trial_bound = std::min(1.0, static_cast<double>(v.degree) / min_q());
   int trials = opt.trials;
@@ -204,8 +211,11 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     trials = std::min(trials, 64);
   }
 
-  // 3. Trials.
+  // 3. Trials. Trial i orders selections by SelectionOrder i mod 3 (random; constants above
+  // the rest; below), so a selection against a constant is decided both ways.
   const int max_attempts = 2 * trials + 8;
+  const SelectionOrder orders[3] = {SelectionOrder::Random, SelectionOrder::ConstantsHigh,
+                                    SelectionOrder::ConstantsLow};
   v.outcome = Outcome::Equivalent;
   for (int i = 0; v.trials < trials; ++i) {
     if (i >= max_attempts) {
@@ -215,7 +225,7 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     const uint64_t seed = trial_seed(opt.seed, i);
     const size_t pair = static_cast<size_t>(i) % prime_pairs().size();
     std::atomic<uint64_t> zero_divs{0};
-    FieldDomain d(field_context(pair), seed, &zero_divs);
+    FieldDomain d(field_context(pair), seed, &zero_divs, orders[i % 3]);
     Sampling s = s0.active ? make_sampling(*ga, *gb, work, opt.sample_work, seed) : Sampling{};
     std::map<std::string, interp::Tensor<FieldValue>> by_name;
     auto make = [&](const TensorDesc& t) {
@@ -226,10 +236,35 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
       for (int64_t e = 0; e < x.size(); ++e) x.data[e] = d.random(key, e);
       return by_name.emplace(t.name, std::move(x)).first->second;
     };
-    auto oa =
-        interp::evaluate_graph(d, *ga, inputs_for(*ga, d, make), s.active ? &s.plan_a : nullptr);
-    auto ob =
-        interp::evaluate_graph(d, *gb, inputs_for(*gb, d, make), s.active ? &s.plan_b : nullptr);
+    auto run = [&](const FieldDomain& dom, const KernelGraph& g, const Sampling& smp, bool first) {
+      return interp::evaluate_graph(dom, g, inputs_for(g, dom, make),
+                                    smp.active ? (first ? &smp.plan_a : &smp.plan_b) : nullptr);
+    };
+    auto oa = run(d, *ga, s, true);
+    auto ob = run(d, *gb, s, false);
+    // Does either graph depend on what its selections select? Same inputs, same trial, every
+    // selection result replaced by a fresh value (FieldDomain's free_selections).
+    if (v.selections && !v.selection_dependent && zero_divs.load() == 0) {
+      FieldDomain df(field_context(pair), seed, &zero_divs, orders[i % 3], true);
+      auto changed = [&](const KernelGraph& g, bool first,
+                         const std::vector<interp::Tensor<FieldValue>>& normal) {
+        auto o = run(df, g, s, first);
+        for (size_t k = 0; k < o.size(); ++k) {
+          bool diff = false;
+          for_compared(s, k, o[k].shape, [&](int64_t e) {
+            diff = diff || !same_value(o[k].data[e], normal[k].data[e]);
+          });
+          if (diff) return true;
+        }
+        return false;
+      };
+      if (changed(*ga, true, oa))
+        v.selection_dependent = true, v.dependent_graph = a.name;
+      else if (changed(*gb, false, ob))
+        v.selection_dependent = true, v.dependent_graph = b.name;
+      // Unbounded verdicts rest on the orders alone: run every order at least twice.
+      if (v.selection_dependent) trials = std::max(trials, 6);
+    }
     if (zero_divs.load() > 0) {
       ++v.inconclusive_trials;
       continue;
@@ -261,7 +296,7 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     }
     if (v.outcome == Outcome::Different) break;
   }
-  v.bound = v.outcome == Outcome::Equivalent ? std::pow(v.per_trial_bound, v.trials) : 1.0;
+  v.bound = v.bounded() ? std::pow(v.per_trial_bound, v.trials) : 1.0;
   v.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return v;
 }
@@ -294,11 +329,19 @@ void check_compatible(const KernelGraph& a, const KernelGraph& b) {
   if (a.outputs.size() != b.outputs.size())
     user_error(ErrorCode::Shape, "{} has {} outputs but {} has {}", a.name, a.outputs.size(),
                b.name, b.outputs.size());
+  // The outputs are the ABI of the emitted kernel (pointer order, names in the header, element
+  // types): all of it must agree, not only the values.
   for (size_t i = 0; i < a.outputs.size(); ++i) {
     const TensorDesc &x = a.tensor(a.outputs[i]), &y = b.tensor(b.outputs[i]);
-    if (x.shape != y.shape)
-      user_error(ErrorCode::Shape, "output {}: {} is {} in {} but {} is {} in {}", i, x.name,
-                 shape_str(x.shape), a.name, y.name, shape_str(y.shape), b.name);
+    if (x.name != y.name)
+      throw UserError(
+          ErrorCode::Name,
+          fmt::format("output {} is {} in {} but {} in {}", i, x.name, a.name, y.name, b.name),
+          "the two graphs must have the same outputs in the same order");
+    if (x.shape != y.shape || x.dtype != y.dtype)
+      user_error(ErrorCode::Shape, "output {} ({}) is {} {} in {} but {} {} in {}", i, x.name,
+                 shape_str(x.shape), dtype_name(x.dtype), a.name, shape_str(y.shape),
+                 dtype_name(y.dtype), b.name);
   }
 }
 
@@ -324,6 +367,12 @@ std::string Verdict::summary() const {
         "inconclusive: {} of {} trials hit a zero divisor in the field (a division by something "
         "that is identically zero?)\n",
         inconclusive_trials, inconclusive_trials + trials);
+  } else if (selection_dependent) {
+    s += fmt::format(
+        "equivalent on {} trials, but UNBOUNDED: the outputs of {} depend on what its selections "
+        "(max/relu/clamp/maximum/minimum) select, which the field model cannot bound; a float "
+        "check on inputs of both signs must back this verdict\n",
+        trials, dependent_graph);
   } else {
     s += fmt::format(
         "equivalent: {} trials, false-positive bound {} (per trial {} = degree {} / q)\n", trials,
@@ -335,14 +384,32 @@ std::string Verdict::summary() const {
   if (sampled)
     s += fmt::format("  sampled {} of {} output rows per trial (drawn afresh each trial)\n",
                      rows_checked, rows_total);
-  if (selections && outcome == Outcome::Equivalent)
-    s += "  note: the graphs select (max/relu/clamp); a difference visible only through a "
-         "selection is caught with lower probability (docs/verifier.md)\n";
+  if (selections && bounded())
+    s += "  the graphs select (max), but no output depends on what is selected (a max that "
+         "cancels): the bound holds\n";
   s += fmt::format("  {:.3f} s", seconds);
   return s;
 }
 
 // ---- Float check --------------------------------------------------------------------------
+
+namespace {
+
+struct InputSet {
+  std::string name;
+  double std = 0;  // 0: the uniform generator
+  int sign = 0;    // -1 / +1: |normal| with that sign
+};
+
+std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const InputSet& set) {
+  std::vector<HostTensor> in = random_inputs(g, seed, set.sign ? 1.0 : set.std);
+  if (set.sign)
+    for (HostTensor& h : in)
+      for (double& x : h.data) x = set.sign * std::fabs(x);  // exact: a sign flip
+  return in;
+}
+
+}  // namespace
 
 FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
                        const FloatCheckOptions& opt) {
@@ -350,65 +417,101 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
   check_compatible(spec, cand);
   FloatCheck fc;
   fc.seed = seed;
-  std::vector<HostTensor> in_spec = random_inputs(spec, seed), in_cand;
-  for (int t : cand.inputs) {
-    const std::string& name = cand.tensor(t).name;
-    for (size_t i = 0; i < spec.inputs.size(); ++i)
-      if (spec.tensor(spec.inputs[i]).name == name) in_cand.push_back(in_spec[i]);
+  auto done = [&] {
+    fc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return fc;
+  };
+  std::vector<InputSet> sets;
+  for (double sd : opt.input_stds)
+    sets.push_back({sd > 0 ? fmt::format("normal {:g}", sd) : "uniform", sd, 0});
+  if (opt.signed_inputs) {
+    sets.push_back({"negative", 1, -1});
+    sets.push_back({"positive", 1, 1});
+  }
+  // Rows: every row when cheap; else the first, the last and a random row of every output (fewer
+  // only if those alone are too costly), then more while cheap.
+  const double work = std::max(estimate_work(spec), estimate_work(cand));
+  std::vector<std::vector<int64_t>> rows;
+  if (work > opt.max_work) {
+    fc.sampled = true;
+    for (size_t mandatory : {3, 2, 1}) {
+      rows = choose_rows(spec, cand, std::max<int64_t>(opt.rows, 3), opt.max_work, seed, mandatory);
+      fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
+                estimate_work(cand, interp::plan_rows(cand, rows));
+      if (fc.work <= opt.max_sampled_work) break;
+    }
+    if (fc.work > opt.max_sampled_work) {
+      fc.skipped = true;
+      fc.ok = true;
+      return done();
+    }
+  } else {
+    fc.work = work;
   }
   EvalOptions es, ec;
   es.threads = ec.threads = opt.threads;
   es.precision = Precision::F64;
   ec.precision = opt.candidate_f32 ? Precision::F32 : Precision::F64;
-  const double work = std::max(estimate_work(spec), estimate_work(cand));
-  std::vector<HostTensor> os, oc;
-  std::vector<std::vector<int64_t>> rows;
-  if (work <= opt.max_work) {
-    os = evaluate(spec, in_spec, es);
-    oc = evaluate(cand, in_cand, ec);
-  } else {
-    fc.sampled = true;
-    rows = choose_rows(spec, cand, opt.rows, opt.max_work, seed);
-    fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
-              estimate_work(cand, interp::plan_rows(cand, rows));
-    if (fc.work > opt.max_sampled_work) {
-      fc.skipped = true;
-      fc.ok = true;
-      fc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return fc;
-    }
-    os = evaluate_rows(spec, in_spec, rows, es);
-    oc = evaluate_rows(cand, in_cand, rows, ec);
-  }
+  if (opt.candidate_f32) ec.operand_rounding = opt.operand_rounding;
   fc.ok = true;
-  for (size_t i = 0; i < os.size(); ++i) {
-    FloatCheck::Output o;
-    const TensorDesc& t = spec.tensor(spec.outputs[i]);
-    o.name = t.name;
-    o.error = relative_l2_error(oc[i], os[i]);
-    o.tolerance = opt.tolerance > 0 ? opt.tolerance : spec_tolerance(t.dtype);
-    o.rows_total = interp::num_rows(t.shape);
-    o.rows_checked = fc.sampled ? static_cast<int64_t>(rows[i].size()) : o.rows_total;
-    o.ok = o.error <= o.tolerance;
-    fc.ok &= o.ok;
-    fc.outputs.push_back(o);
+  for (const InputSet& set : sets) {
+    std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), in_cand;
+    for (int t : cand.inputs) {
+      const std::string& name = cand.tensor(t).name;
+      for (size_t i = 0; i < spec.inputs.size(); ++i)
+        if (spec.tensor(spec.inputs[i]).name == name) in_cand.push_back(in_spec[i]);
+    }
+    bool out_of_range = false;
+    es.out_of_f32_range = &out_of_range;
+    std::vector<HostTensor> os =
+        fc.sampled ? evaluate_rows(spec, in_spec, rows, es) : evaluate(spec, in_spec, es);
+    if (out_of_range) {
+      fc.exempt.push_back(set.name);
+      continue;
+    }
+    std::vector<HostTensor> oc =
+        fc.sampled ? evaluate_rows(cand, in_cand, rows, ec) : evaluate(cand, in_cand, ec);
+    for (size_t i = 0; i < os.size(); ++i) {
+      FloatCheck::Output o;
+      const TensorDesc& t = spec.tensor(spec.outputs[i]);
+      o.name = t.name;
+      o.inputs = set.name;
+      o.error = relative_l2_error(oc[i], os[i]);
+      o.tolerance = opt.tolerance > 0 ? opt.tolerance : spec_tolerance(t.dtype);
+      o.rows_total = interp::num_rows(t.shape);
+      o.rows_checked = fc.sampled ? static_cast<int64_t>(rows[i].size()) : o.rows_total;
+      if (fc.sampled) o.rows = rows[i];
+      o.ok = o.error <= o.tolerance;
+      fc.ok &= o.ok;
+      fc.outputs.push_back(o);
+    }
   }
-  fc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return fc;
+  return done();
+}
+
+std::string FloatCheck::failures() const {
+  std::string s;
+  for (const Output& o : outputs)
+    if (!o.ok)
+      s += fmt::format("{}{} ({}: rel. L2 error {:.3g} > {:.0e})", s.empty() ? "" : ", ", o.name,
+                       o.inputs, o.error, o.tolerance);
+  return s;
 }
 
 std::string FloatCheck::summary() const {
   if (skipped)
     return fmt::format("float check skipped: ~{:.2g} element operations even on sampled rows",
                        work);
-  std::string s = fmt::format("float check (f64, seed {}): {}\n", seed, ok ? "ok" : "FAILED");
+  std::string s = fmt::format("float check (seed {}): {}\n", seed, ok ? "ok" : "FAILED");
   for (const Output& o : outputs)
-    s += fmt::format("  {:<12} rel. L2 error {:.3e} (tolerance {:.0e}){} {}\n", o.name, o.error,
-                     o.tolerance,
+    s += fmt::format("  {:<12} {:<9} rel. L2 error {:.3e} (tolerance {:.0e}){} {}\n", o.name,
+                     o.inputs, o.error, o.tolerance,
                      o.rows_checked < o.rows_total
                          ? fmt::format(" on {} of {} rows", o.rows_checked, o.rows_total)
                          : std::string(),
                      o.ok ? "ok" : "FAIL");
+  for (const std::string& e : exempt)
+    s += fmt::format("  {} inputs: exempt (the float64 reference leaves the float32 range)\n", e);
   s += fmt::format("  {:.3f} s", seconds);
   return s;
 }

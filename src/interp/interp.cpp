@@ -4,6 +4,7 @@
 #include "kiln/interp/interp.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -57,13 +58,24 @@ Tensor<V> to_domain(const HostTensor& h) {
   return t;
 }
 
+// F64 that notes every stored value beyond the float32 range (EvalOptions::out_of_f32_range).
+struct F64RangeDomain : interp::F64Domain {
+  std::atomic<bool>* out = nullptr;
+  V round_store(V x, DType) const {
+    if (!(std::fabs(x) <= double(std::numeric_limits<float>::max())))
+      out->store(true, std::memory_order_relaxed);
+    return x;
+  }
+};
+static_assert(interp::ValueDomain<F64RangeDomain>);
+
 template <class D>
-std::vector<HostTensor> run(const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                            const EvalPlan* plan) {
+std::vector<HostTensor> run(const D& d, const KernelGraph& g, const std::vector<HostTensor>& inputs,
+                            const EvalPlan* plan, std::span<const OperandRounding> rounding) {
   using V = typename D::V;
   std::vector<Tensor<V>> in;
   for (const HostTensor& h : inputs) in.push_back(to_domain<V>(h));
-  std::vector<Tensor<V>> outs = interp::evaluate_graph(D{}, g, std::move(in), plan);
+  std::vector<Tensor<V>> outs = interp::evaluate_graph(d, g, std::move(in), plan, rounding);
   std::vector<HostTensor> res;
   for (size_t i = 0; i < outs.size(); ++i) {
     const TensorDesc& t = g.tensor(g.outputs[i]);
@@ -86,8 +98,15 @@ auto with_threads(int threads, F&& f) {
 std::vector<HostTensor> run_precision(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                       const EvalOptions& opt, const EvalPlan* plan) {
   return with_threads(opt.threads, [&] {
-    return opt.precision == Precision::F64 ? run<interp::F64Domain>(g, inputs, plan)
-                                           : run<interp::F32Domain>(g, inputs, plan);
+    if (opt.precision == Precision::F32)
+      return run(interp::F32Domain{}, g, inputs, plan, opt.operand_rounding);
+    if (!opt.out_of_f32_range) return run(interp::F64Domain{}, g, inputs, plan, {});
+    std::atomic<bool> out{false};
+    F64RangeDomain d;
+    d.out = &out;
+    auto r = run(d, g, inputs, plan, {});
+    *opt.out_of_f32_range = out.load();
+    return r;
   });
 }
 

@@ -87,4 +87,24 @@ inline KernelGraph flash_decoding(int64_t b, int64_t s, int64_t d, int64_t n, in
   return std::move(kb).finish();
 }
 
+// The row mean of X [rows, n] taken per tile: a block per row walks n / tile tiles, takes each
+// tile's mean (a block-level mean, count `tile`), sums them and multiplies by `scale` (1 / (n /
+// tile) is right).
+inline KernelGraph tiled_mean(int64_t rows, int64_t n, int64_t tile, double scale) {
+  KernelGraphBuilder kb("tiled_mean");
+  int x = kb.input("X", {rows, n}, DType::F16);
+  const KernelGraph& g = kb.peek();
+  BlockGraphBuilder bb({rows}, 128, {n / tile}, {g.tensor(x)});
+  int tx = bb.input(0, {0}, {1}, "x");
+  int m = bb.op(OpKind::Mean, {tx}, dim_attrs(1), "m");
+  int acc = bb.op(OpKind::AccumSum, {m}, {}, "acc");
+  int c = bb.op(OpKind::Constant, {}, value_attrs(scale), "c");
+  int o = bb.op(OpKind::Mul, {acc, c}, {}, "o");
+  bb.output(o, {0}, {-1}, DType::F16, "O", -1, "save_o");
+  auto bg = std::make_shared<const BlockGraph>(std::move(bb).finish());
+  auto out = kb.graph_defined(bg, {x}, "tiled_mean");
+  kb.output(out[0]);
+  return std::move(kb).finish();
+}
+
 }  // namespace kiln::verifier::testing

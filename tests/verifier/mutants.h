@@ -6,6 +6,8 @@
 // each still builds.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +18,20 @@
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::verifier::testing {
+
+// A constant that stands for a count n (1/n or n, n >= 8 a power of two) replaced by the count
+// a shrunk instance or a tile would have (4, n/32, n/4): the bug class "a constant equal to the
+// shrunk count" that value-based rewriting once accepted, and a per-tile count.
+inline std::vector<double> shrunk_counts(double v) {
+  std::vector<double> r;
+  const bool inv = v > 0 && v < 1;
+  const double n = inv ? 1 / v : v;
+  if (!(n >= 8) || n != std::floor(n) || (int64_t(n) & (int64_t(n) - 1))) return r;
+  for (double m : {4.0, n / 32, n / 4})
+    if (m >= 2 && m != n && std::find(r.begin(), r.end(), inv ? 1 / m : m) == r.end())
+      r.push_back(inv ? 1 / m : m);
+  return r;
+}
 
 struct Mutant {
   std::string kind;  // the mutation operator
@@ -145,10 +161,15 @@ class MutantGenerator {
     };
     for (size_t t = 0; t < tg.ops.size(); ++t) {
       const ThreadOp& o = tg.ops[t];
-      if (o.kind == OpKind::Constant)
+      if (o.kind == OpKind::Constant) {
         edit("wrong constant",
              fmt::format("thread op {} constant {} -> {}", t, o.attrs.value, o.attrs.value * 2),
              [t](ThreadGraph& x) { x.ops[t].attrs.value *= 2; });
+        for (double w : shrunk_counts(o.attrs.value))
+          edit("constant at a shrunk count",
+               fmt::format("thread op {} constant {} -> {}", t, o.attrs.value, w),
+               [t, w](ThreadGraph& x) { x.ops[t].attrs.value = w; });
+      }
       if (o.kind == OpKind::Sub || o.kind == OpKind::Div)
         edit("swapped operands", fmt::format("thread op {} ({})", t, op_name(o.kind)),
              [t](ThreadGraph& x) { std::swap(x.ops[t].inputs[0], x.ops[t].inputs[1]); });
@@ -209,6 +230,16 @@ class MutantGenerator {
         if (bo.kind == OpKind::AccumMax)
           add_block("accumulator kind", oi, bo.name + ": accum_max -> accum_sum",
                     [j](BlockGraph& b) { b.ops[j].kind = OpKind::AccumSum; });
+        if (bo.kind == OpKind::AccumMax)  // a running max initialised to 0
+          add_block("selection against a constant", oi, bo.name + ": accumulates maximum(v, 0)",
+                    [j](BlockGraph& b) {
+                      int v = b.ops[j].inputs[0];
+                      Attrs zero;
+                      zero.value = 0;
+                      insert_op(b, j, make_op(OpKind::Constant, {}, "mut_zero", zero));
+                      insert_op(b, j + 1, make_op(OpKind::Maximum, {v, j}, "mut_relu"));
+                      b.ops[j + 2].inputs[0] = j + 1;
+                    });
         if (bo.kind == OpKind::AccumRescale)
           add_block("dropped rescale", oi, bo.name + ": accum_rescale -> accum_sum",
                     [j](BlockGraph& b) {
@@ -238,9 +269,14 @@ class MutantGenerator {
           insert_op(b, j, make_op(OpKind::Constant, {}, "mut_zero", zero));
           b.ops[j + 1].inputs[1] = j;
         });
-      if (bo.kind == OpKind::Constant)
+      if (bo.kind == OpKind::Constant) {
         add_block("wrong constant", oi, bo.name + ": doubled",
                   [j](BlockGraph& b) { b.ops[j].attrs.value *= 2; });
+        for (double w : shrunk_counts(bo.attrs.value))
+          add_block("constant at a shrunk count", oi,
+                    fmt::format("{}: {} -> {}", bo.name, bo.attrs.value, w),
+                    [j, w](BlockGraph& b) { b.ops[j].attrs.value = w; });
+      }
       // Misplaced operand: another earlier tile of the same shape (the accumulator or op reads
       // the wrong tile).
       for (size_t a = 0; a < bo.inputs.size(); ++a)

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
 
 #include "graphs.h"
 #include "kiln/interp/interp.h"
@@ -294,30 +297,140 @@ TEST(Scaling, SampledRowsWhenNothingElseHelps) {
   EXPECT_FALSE(verify(ref, wrong, opt).equivalent());
 }
 
-TEST(Scaling, RewritesAHandWrittenMeanConstantWithTheCount) {
-  // mean over 4096 spelled as sum * 1/4096 on one side, as mean on the other.
-  std::string ins = in("X", "[2, 4096]");
-  KernelGraph a =
+// Issue 13, class 1: the scaled instance keeps full-size counts and never reinterprets a
+// constant. A constant that equals the *shrunk* count was accepted before.
+TEST(Scaling, CountsStayFullSizeAndNoConstantIsReinterpreted) {
+  std::string ins = in("X", "[512, 4096]");
+  KernelGraph mean =
       spec(ins, R"({"name": "O", "op": "mean", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
-  KernelGraph b = spec(ins, R"(
+  auto scaled_sum = [&](const std::string& op, double c) {
+    return spec(ins,
+                R"(
       {"name": "s", "op": "sum", "inputs": ["X"], "attrs": {"dim": 1}},
-      {"name": "c", "op": "constant", "attrs": {"value": 0.000244140625}},
-      {"name": "O", "op": "mul", "inputs": ["s", "c"]})",
-                       R"("O")");
-  ScaledPair sp = scale_pair(a, b);
+      {"name": "c", "op": "constant", "attrs": {"value": )" +
+                    fmt::format("{}", c) + R"(}},
+      {"name": "O", "op": ")" +
+                    op + R"(", "inputs": ["s", "c"]})",
+                R"("O")");
+  };
+  VerifyOptions forced;
+  forced.max_work = 0;  // scale even where it is cheap
+  for (const VerifyOptions& opt : {VerifyOptions{}, forced}) {
+    // The right constants, either spelling.
+    EXPECT_TRUE(equivalent(mean, scaled_sum("mul", 1.0 / 4096), opt));
+    EXPECT_TRUE(equivalent(mean, scaled_sum("div", 4096), opt));
+    // The shrunk count (4096 -> 4) and a tile's count (128): wrong, and rejected.
+    for (double c : {4.0, 128.0, 32.0}) {
+      EXPECT_FALSE(verify(mean, scaled_sum("div", c), opt).equivalent()) << c;
+      EXPECT_FALSE(verify(mean, scaled_sum("mul", 1 / c), opt).equivalent()) << c;
+    }
+  }
+  ScaledPair sp = scale_pair(mean, scaled_sum("mul", 1.0 / 4096));
   EXPECT_TRUE(sp.scaled);
-  EXPECT_EQ(sp.constants_rewritten, 1);
-  VerifyOptions opt;
-  opt.max_work = 0;
-  EXPECT_TRUE(equivalent(a, b, opt));
-  // With 1/2048 it is twice the mean: rejected, scaled or not.
-  KernelGraph c = spec(ins, R"(
-      {"name": "s", "op": "sum", "inputs": ["X"], "attrs": {"dim": 1}},
-      {"name": "c", "op": "constant", "attrs": {"value": 0.00048828125}},
-      {"name": "O", "op": "mul", "inputs": ["s", "c"]})",
-                       R"("O")");
-  EXPECT_FALSE(equivalent(a, c, opt));
-  EXPECT_FALSE(equivalent(a, c));
+  // The scaled mean still divides by 4096; the constant is untouched.
+  for (const KernelOp& op : sp.a.ops)
+    if (op.kind == OpKind::Mean) EXPECT_EQ(op.attrs.count, 4096);
+  for (const KernelOp& op : sp.b.ops)
+    if (op.kind == OpKind::Constant) EXPECT_EQ(op.attrs.value, 1.0 / 4096);
+}
+
+// A mean taken per 128-wide tile (a block-level mean, count 128) and then scaled by 1/32 over
+// the 32 tiles is the row mean: accepted, scaled or not (the old constant rewriting rejected it);
+// with 1/128 instead of 1/32 it is wrong and rejected.
+TEST(Scaling, PerTileMeanThenScaleIsTheRowMean) {
+  std::string ins = in("X", "[64, 4096]");
+  KernelGraph mean =
+      spec(ins, R"({"name": "O", "op": "mean", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
+  VerifyOptions forced;
+  forced.max_work = 0;
+  for (const VerifyOptions& opt : {VerifyOptions{}, forced}) {
+    EXPECT_TRUE(equivalent(mean, testing::tiled_mean(64, 4096, 128, 1.0 / 32), opt));
+    EXPECT_FALSE(verify(mean, testing::tiled_mean(64, 4096, 128, 1.0 / 128), opt).equivalent());
+  }
+}
+
+// Issue 13, class 2: selections. max(X) against relu(max(X)) (a running max initialised to 0)
+// differs only on rows whose max is negative; it must be rejected on every seed, also on one row
+// where a random order almost never puts 0 above 4096 values.
+TEST(Selections, AMaxAgainstAConstantIsRejectedOnEverySeed) {
+  for (const char* shape : {"[1, 4096]", "[512, 4096]", "[4, 64]"}) {
+    std::string ins = in("X", shape);
+    KernelGraph mx =
+        spec(ins, R"({"name": "O", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
+    KernelGraph relu = spec(ins, R"(
+      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "relu", "inputs": ["m"]})",
+                            R"("O")");
+    KernelGraph clamp = spec(ins, R"(
+      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "clamp", "inputs": ["m"], "attrs": {"max": 0.5}})",
+                             R"("O")");
+    int rejected = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      VerifyOptions opt;
+      opt.seed = seed;
+      rejected += !verify(mx, relu, opt).equivalent();
+      EXPECT_FALSE(verify(mx, clamp, opt).equivalent()) << shape << " seed " << seed;
+    }
+    std::printf("max vs relu(max) %s: rejected on %d of 20 seeds\n", shape, rejected);
+    EXPECT_EQ(rejected, 20) << shape;
+  }
+}
+
+// A verdict carries a bound only when no output depends on what a selection selects.
+TEST(Selections, UnboundedWhereSelectionsMatterBoundedWhereTheyCancel) {
+  KernelGraph relu = spec(kX, R"({"name": "O", "op": "relu", "inputs": ["X"]})", R"("O")");
+  KernelGraph maxi = spec(kX, R"(
+      {"name": "z", "op": "constant", "attrs": {"value": 0}},
+      {"name": "O", "op": "maximum", "inputs": ["X", "z"]})",
+                          R"("O")");
+  Verdict v = verify(relu, maxi);
+  EXPECT_TRUE(v.equivalent());
+  EXPECT_FALSE(v.bounded());
+  EXPECT_TRUE(v.selection_dependent);
+  EXPECT_EQ(v.bound, 1.0);
+  EXPECT_GE(v.trials, 6);
+  EXPECT_NE(v.summary().find("UNBOUNDED"), std::string::npos);
+  // Softmax with a max that cancels, flash decoding's running maxima: bounded.
+  KernelGraph sm =
+      spec(kX, R"({"name": "O", "op": "softmax", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
+  KernelGraph by_hand = spec(kX, R"(
+      {"name": "e", "op": "exp", "inputs": ["X"]},
+      {"name": "s", "op": "sum", "inputs": ["e"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "div", "inputs": ["e", "s"]})",
+                             R"("O")");
+  Verdict w = verify(sm, by_hand);
+  EXPECT_TRUE(w.bounded()) << w.summary();
+  EXPECT_GT(w.selections, 0u);
+  EXPECT_LT(w.bound, std::pow(2.0, -60));
+  Verdict f = verify(testing::attention_spec(2, 8, 16, 256),
+                     testing::flash_decoding(2, 8, 16, 256, 4, 4, 4));
+  EXPECT_TRUE(f.bounded()) << f.summary();
+}
+
+// Issue 13, class 3: the outputs are the kernel's ABI: names, order, shapes and dtypes.
+TEST(Errors, OutputsMustAgreeInNameOrderShapeAndDtype) {
+  KernelGraph a = spec(kX, R"({"name": "O", "op": "neg", "inputs": ["X"]})", R"("O")");
+  auto code = [&](const KernelGraph& x, const KernelGraph& y) {
+    try {
+      verify(x, y);
+    } catch (const UserError& e) {
+      return e.code();
+    }
+    return ErrorCode::Io;
+  };
+  KernelGraph bf16 = a;
+  bf16.tensors[bf16.outputs[0]].dtype = DType::BF16;
+  EXPECT_EQ(code(a, bf16), ErrorCode::Shape);
+  KernelGraph named = spec(kX, R"({"name": "P", "op": "neg", "inputs": ["X"]})", R"("P")");
+  EXPECT_EQ(code(a, named), ErrorCode::Name);
+  KernelGraph two = spec(kX, R"({"name": "O", "op": "neg", "inputs": ["X"]},
+                                {"name": "P", "op": "exp", "inputs": ["X"]})",
+                         R"("O", "P")");
+  KernelGraph swapped = spec(kX, R"({"name": "O", "op": "neg", "inputs": ["X"]},
+                                    {"name": "P", "op": "exp", "inputs": ["X"]})",
+                             R"("P", "O")");
+  EXPECT_EQ(code(two, swapped), ErrorCode::Name);
 }
 
 TEST(Errors, GraphsWithOtherInterfacesAreUserErrors) {
@@ -347,7 +460,7 @@ TEST(FloatCheck, PassesEquivalentGraphsAndFailsWrongOnes) {
   KernelGraph ref = testing::attention_spec(2, 8, 16, 64);
   FloatCheck ok = float_check(ref, testing::flash_decoding(2, 8, 16, 64, 4, 2, 2), 3);
   EXPECT_TRUE(ok.ok) << ok.summary();
-  ASSERT_EQ(ok.outputs.size(), 1u);
+  ASSERT_EQ(ok.outputs.size(), 2u);  // uniform and std-1 normal inputs
   EXPECT_LT(ok.outputs[0].error, 1e-12);
   EXPECT_EQ(ok.outputs[0].tolerance, 5e-3);
   KernelGraph neg = spec(kX, R"({"name": "O", "op": "neg", "inputs": ["X"]})", R"("O")");
@@ -359,8 +472,86 @@ TEST(FloatCheck, PassesEquivalentGraphsAndFailsWrongOnes) {
   sample.rows = 2;
   FloatCheck s = float_check(neg, neg, 3, sample);
   EXPECT_TRUE(s.ok && s.sampled);
-  EXPECT_GE(s.outputs[0].rows_checked, 1);  // rows that cost little more than the first
-  EXPECT_LE(s.outputs[0].rows_checked, 2);
+  EXPECT_EQ(s.outputs[0].rows_checked, 3);  // first, last and a random row, always
+}
+
+// Issue 13, class 4: the float check predicts the GPU. A softmax written as exp / sum with its
+// exponentials stored in f16 is right on small uniform inputs and overflows at std 1 (logits of
+// std 8): the check fails it there, and it passes the spec's own softmax.
+TEST(FloatCheck, StdOneInputsAndSixteenBitStorage) {
+  std::string ins = in("A", "[8, 64]") + ", " + in("B", "[64, 64]");
+  KernelGraph sm = spec(ins, R"(
+      {"name": "s", "op": "matmul", "inputs": ["A", "B"]},
+      {"name": "O", "op": "softmax", "inputs": ["s"], "attrs": {"dim": 1}})",
+                        R"("O")");
+  KernelGraph naive = spec(ins, R"(
+      {"name": "s", "op": "matmul", "inputs": ["A", "B"]},
+      {"name": "e", "op": "exp", "inputs": ["s"]},
+      {"name": "t", "op": "sum", "inputs": ["e"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "div", "inputs": ["e", "t"]})",
+                           R"("O")");
+  FloatCheckOptions gpu;
+  gpu.candidate_f32 = true;
+  FloatCheck fc = float_check(sm, naive, 2, gpu);
+  EXPECT_FALSE(fc.ok) << fc.summary();
+  ASSERT_EQ(fc.outputs.size(), 2u);
+  EXPECT_EQ(fc.outputs[0].inputs, "uniform");
+  EXPECT_TRUE(fc.outputs[0].ok) << fc.summary();
+  EXPECT_EQ(fc.outputs[1].inputs, "normal 1");
+  EXPECT_FALSE(fc.outputs[1].ok) << fc.summary();
+  EXPECT_NE(fc.failures().find("normal 1"), std::string::npos);
+  EXPECT_TRUE(float_check(sm, sm, 2, gpu).ok);
+  // In float64 the naive spelling is right: the failure is the storage, as on the GPU.
+  EXPECT_TRUE(float_check(sm, naive, 2).ok);
+}
+
+// Where the float64 reference itself leaves the f32 range, the range rule exempts the inputs.
+TEST(FloatCheck, InputsWhoseReferenceLeavesTheF32RangeAreExempt) {
+  std::string ins = R"({"name": "X", "shape": [4, 64], "dtype": "f32"})";
+  KernelGraph big = spec(ins, R"(
+      {"name": "c", "op": "constant", "attrs": {"value": 100}},
+      {"name": "y", "op": "mul", "inputs": ["X", "c"]},
+      {"name": "O", "op": "exp", "inputs": ["y"]})",
+                         R"("O")");
+  FloatCheckOptions gpu;
+  gpu.candidate_f32 = true;
+  FloatCheck fc = float_check(big, big, 1, gpu);
+  EXPECT_TRUE(fc.ok) << fc.summary();
+  ASSERT_EQ(fc.exempt.size(), 1u);
+  EXPECT_EQ(fc.exempt[0], "normal 1");
+  EXPECT_EQ(fc.outputs.size(), 1u);  // the uniform set only
+}
+
+// Sampled rows include the first, the last and a random row of every output, so a difference in
+// the last grid block is seen; and inputs of one sign show a max initialised to 0.
+TEST(FloatCheck, SampledRowsReachTheLastBlockAndSignedInputsReachSelections) {
+  std::string ins = in("X", "[1024, 64]");
+  KernelGraph neg = spec(ins, R"({"name": "O", "op": "neg", "inputs": ["X"]})", R"("O")");
+  FloatCheckOptions sample;
+  sample.max_work = 0;
+  sample.rows = 3;
+  FloatCheck s = float_check(neg, neg, 3, sample);
+  EXPECT_TRUE(s.ok && s.sampled);
+  EXPECT_GE(s.outputs[0].rows_checked, 3);
+  // The first and the last row: the first and the last block along every grid dim of a row.
+  for (const FloatCheck::Output& o : s.outputs) {
+    EXPECT_EQ(o.rows.front(), 0);
+    EXPECT_EQ(o.rows.back(), 1023);
+  }
+  // max vs relu(max): random signs almost always hide it; negative inputs show it.
+  std::string one = in("X", "[64, 256]");
+  KernelGraph mx =
+      spec(one, R"({"name": "O", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
+  KernelGraph relu = spec(one, R"(
+      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "relu", "inputs": ["m"]})",
+                          R"("O")");
+  EXPECT_TRUE(float_check(mx, relu, 3).ok);  // why the float check alone is not enough
+  FloatCheckOptions signed_in;
+  signed_in.signed_inputs = true;
+  FloatCheck f = float_check(mx, relu, 3, signed_in);
+  EXPECT_FALSE(f.ok);
+  EXPECT_NE(f.failures().find("negative"), std::string::npos) << f.summary();
 }
 
 }  // namespace

@@ -123,6 +123,17 @@ class BlockWalker {
     }
   }
 
+  // Operand `operand` of matmul block op `op` is passed through D::round_store(v, dtype) where
+  // the matmul reads it (OperandRounding in interp.h: what a 16-bit tensor-core mma does to a
+  // float32 tile).
+  void round_operand(int op, int operand, DType dtype) {
+    KILN_ASSERT(op >= 0 && op < static_cast<int>(bg_.ops.size()) &&
+                    op_info(bg_.ops[op].kind).cls == OpClass::Matmul && operand >= 0 && operand < 2,
+                "round_operand: block op {} operand {}", op, operand);
+    if (round_.empty()) round_.resize(bg_.ops.size());
+    round_[op][operand] = static_cast<int>(dtype) + 1;
+  }
+
   // Runs the blocks flagged in block_mask (all if empty; one flag per block, numbered row-major
   // over the grid) reading `inputs` (one per bg.inputs) and storing into `outputs` (one per
   // bg.outputs, already shaped). Blocks run in parallel if `parallel`.
@@ -159,6 +170,7 @@ class BlockWalker {
     std::vector<T> val;      // the current tile of every op (accumulators: the running value)
     std::vector<T> run_max;  // accum_rescale: the running max M
     std::array<T, 4> tmp;
+    std::array<T, 2> rounded;  // matmul operands rounded per round_operand
     std::vector<T> thread_tmp;
     std::vector<const T*> args;
   };
@@ -181,6 +193,16 @@ class BlockWalker {
     }
     st.args.clear();
     for (int in : op.inputs) st.args.push_back(&st.val[in]);
+    if (!round_.empty())
+      for (int j = 0; j < 2; ++j)
+        if (round_[i][j]) {
+          // A rounded copy of the operand (the tile itself may have other readers).
+          T& r = st.rounded[j];
+          r = *st.args[j];
+          const DType dt = static_cast<DType>(round_[i][j] - 1);
+          for (V& v : r.data) v = d_.round_store(v, dt);
+          st.args[j] = &r;
+        }
     std::span<const T* const> args(st.args);
     if (op.kind == OpKind::Fused)
       thread_graph_op(d_, *op.thread, args, op.shape, st.thread_tmp, out);
@@ -281,6 +303,7 @@ class BlockWalker {
   const D& d_;
   const BlockGraph& bg_;
   std::vector<TileGeometry> geo_;
+  std::vector<std::array<int, 2>> round_;  // per op, per operand: 0, or DType + 1
   // Op indices by role, each in graph order.
   std::vector<int> invariant_, loop_, post_, accums_, loop_savers_, final_savers_;
 };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/interp/block_walk.h"
+#include "kiln/interp/interp.h"
 #include "kiln/interp/tensor_ops.h"
 #include "kiln/ir/kernel_graph.h"
 
@@ -43,10 +44,13 @@ EvalPlan plan_rows(const KernelGraph& g, const std::vector<std::vector<int64_t>>
 // Evaluates g in domain d on `inputs` (one per g.inputs, in order, shapes as in g; the caller
 // has already put them into d, e.g. rounded to their dtypes) and returns g's outputs in order.
 // With a plan, only what the plan asks is computed.
+// `rounding` (may be empty) lists matmul operands to pass through D::round_store (interp.h's
+// OperandRounding; a no-op in domains whose round_store is the identity).
 template <ValueDomain D>
 std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph& g,
                                                   std::vector<Tensor<typename D::V>> inputs,
-                                                  const EvalPlan* plan = nullptr) {
+                                                  const EvalPlan* plan = nullptr,
+                                                  std::span<const OperandRounding> rounding = {}) {
   using T = Tensor<typename D::V>;
   KILN_ASSERT(inputs.size() == g.inputs.size(), "{} inputs for {}", inputs.size(), g.inputs.size());
   const size_t nt = g.tensors.size();
@@ -78,9 +82,12 @@ std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph&
           outs.push_back(&val[t]);
         }
         static const std::vector<uint8_t> all;
-        BlockWalker<D>(d, *op.block)
-            .run(std::span<const T* const>(args), std::span<T* const>(outs),
-                 plan ? plan->blocks[oi] : all, true);
+        BlockWalker<D> walker(d, *op.block);
+        for (const OperandRounding& r : rounding)
+          if (r.kernel_op == static_cast<int>(oi))
+            walker.round_operand(r.block_op, r.operand, r.dtype);
+        walker.run(std::span<const T* const>(args), std::span<T* const>(outs),
+                   plan ? plan->blocks[oi] : all, true);
       } else {
         const int t = op.outputs.at(0);
         static const RowMask all;

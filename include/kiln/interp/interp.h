@@ -33,9 +33,24 @@ HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index,
                          double normal_std = 0);
 std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed, double normal_std = 0);
 
+// A narrowing that a GPU implementation applies to a value the graph itself keeps in float:
+// operand `operand` of block op `block_op` (a matmul) of kernel op `kernel_op` is rounded to
+// `dtype` where the matmul reads it (a float32 tile fed to a 16-bit tensor-core mma; the
+// schedule decides, codegen/schedule.h MmaPlan::lossy). Only F32 evaluation applies it, so
+// that the float check predicts what the GPU computes.
+struct OperandRounding {
+  int kernel_op = -1, block_op = -1, operand = 0;
+  DType dtype = DType::F16;
+};
+
 struct EvalOptions {
   Precision precision = Precision::F64;
-  int threads = 0;  // 0: all cores
+  int threads = 0;                                // 0: all cores
+  std::vector<OperandRounding> operand_rounding;  // F32 only
+  // F64 only: set to true when some value stored into a device tensor (every op result of a
+  // spec) is beyond the float32 range (|x| > FLT_MAX, or not finite). The range rule of the spec
+  // format exempts such inputs.
+  bool* out_of_f32_range = nullptr;
 };
 
 // Evaluates g on inputs (one per g.inputs, matching shapes) and returns g's outputs in order.

@@ -355,7 +355,8 @@ void reduce_op(const D& d, OpKind kind, const Attrs& attrs, const Tensor<typenam
       for (int64_t j = 0; j < s.inner; ++j)
         po[j] = d.binary(OpKind::Add, po[j], px[i * s.inner + j]);
     if (kind == OpKind::Mean)
-      for (int64_t j = 0; j < s.inner; ++j) po[j] = scale_by_inverse_count(d, po[j], s.n);
+      for (int64_t j = 0; j < s.inner; ++j)
+        po[j] = scale_by_inverse_count(d, po[j], attrs.count > 0 ? attrs.count : s.n);
   });
 }
 
@@ -412,7 +413,9 @@ void rms_norm_op(const D& d, const Attrs& attrs, const Tensor<typename D::V>& x,
     for (int64_t j = 0; j < n; ++j)
       ss = d.binary(OpKind::Add, ss, d.unary(OpKind::Square, none, px[j]));
     V rms =
-        d.unary(OpKind::Sqrt, none, d.binary(OpKind::Add, scale_by_inverse_count(d, ss, n), eps));
+        d.unary(OpKind::Sqrt, none,
+                d.binary(OpKind::Add,
+                         scale_by_inverse_count(d, ss, attrs.count > 0 ? attrs.count : n), eps));
     for (int64_t j = 0; j < n; ++j) po[j] = d.binary(OpKind::Div, px[j], rms);
     if (w)
       for (int64_t j = 0; j < n; ++j) po[j] = d.binary(OpKind::Mul, po[j], w->data[j]);

@@ -122,6 +122,10 @@ struct Attrs {
   GeluApprox approximate = GeluApprox::None;
   double negative_slope = 0.01;    // LeakyRelu
   std::optional<double> min, max;  // Clamp
+  // Mean, RmsNorm: the count the op divides by; 0 means the reduced extent. Never read from or
+  // written to files: only the verifier's scaled instance sets it (to the full-size count), so
+  // that a shrunk instance divides exactly as the full one does (docs/verifier.md, "Scaling").
+  int64_t count = 0;
 
   bool operator==(const Attrs&) const = default;
 };

@@ -7,7 +7,7 @@
 //   input (1, 0)   constant (0, 0)   x*y (n1+n2, m1+m2)   x/y (n1+m2, m1+n2)
 //   x+y, x-y (max(n1+m2, n2+m1), m1+m2)   (a sum of k terms of denominator degree m thus gets
 //   denominator degree k*m: no common denominator is assumed)
-//   selection (max, maximum, min, relu, clamp) the componentwise max of its arguments
+//   selection (max, maximum, min, relu, clamp) the componentwise max of its arguments and (1, 0)
 //   exp and every PRF  a fresh variable (1, 0); the degree of the argument (n + m) is recorded
 //   in the Stats, since the probability that two different arguments collide enters the bound.
 // Degrees saturate at kDegreeCap. docs/verifier.md turns these numbers into the bound.
@@ -43,9 +43,11 @@ class DegreeDomain {
 
   V from_double(double) const { return {0, 0}; }
   V round_store(V x, DType) const { return x; }
+  // A selection returns one of its arguments, or (FieldDomain's free_selections) a fresh
+  // variable of degree (1, 0): the componentwise max with (1, 0) bounds both.
   V max(V x, V y) const {
     if (stats_) stats_->selections.fetch_add(1, std::memory_order_relaxed);
-    return {std::max(x.n, y.n), std::max(x.m, y.m)};
+    return {std::max({x.n, y.n, 1u}), std::max(x.m, y.m)};
   }
   V binary(OpKind k, V x, V y) const {
     switch (k) {

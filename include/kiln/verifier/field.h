@@ -19,8 +19,9 @@
 //   sqrt log tanh sigmoid gelu    PRFs of the p-part, keyed by the trial seed and the op (gelu's
 //   leaky_relu                    approximation and leaky_relu's slope are part of the key)
 //   rsqrt = 1/sqrt, silu(x) = x * sigmoid(x), relu(x) = maximum(x, 0), clamp = min(max(x, lo), hi)
-//   max maximum minimum           SELECTION under a seeded pseudo-random total order on values
-//                                 (a hash of the p-part, ties broken by the value): associative,
+//   max maximum minimum           SELECTION under a seeded total order on values (SelectionOrder:
+//                                 a hash of the p-part, ties broken by the value, optionally with
+//                                 constant-only values above or below the rest): associative,
 //                                 commutative, returns an argument
 //   round_store                   identity
 // Arithmetic is Montgomery multiplication: 64-bit (R = 2^64) for p < 2^62, 32-bit (R = 2^32)
@@ -110,8 +111,19 @@ struct Mont32 {
 struct FieldValue {
   uint64_t a = 0;
   uint32_t b = 0;
-  uint32_t t = 0;  // exp-tainted
+  uint16_t t = 0;  // exp-tainted
+  uint16_t c = 0;  // computed from constants alone (no input reaches it): orders may single
+                   // these out (SelectionOrder)
 };
+
+// How a trial orders values for selections (max, maximum, minimum, relu, clamp). Every mode is
+// a total order (so selections stay associative, commutative and return an argument), random
+// within the values of one kind: Random ignores kinds; ConstantsHigh puts every value computed
+// from constants alone above every value an input reaches, ConstantsLow below, which is how real
+// data behaves when a row lies wholly below (above) a constant such as relu's 0 or a max
+// initialised to 0: the trials that take these modes catch such a difference on every element,
+// not with probability 1/k.
+enum class SelectionOrder : uint8_t { Random, ConstantsHigh, ConstantsLow };
 
 // Equality as the verifier compares outputs: p-parts always, q-parts when neither is tainted.
 inline bool same_value(const FieldValue& x, const FieldValue& y) {
@@ -139,29 +151,42 @@ class FieldDomain {
   using V = FieldValue;
 
   // zero_divs (may be null) counts divisions by a value that is 0 mod p or (untainted) mod q.
-  FieldDomain(const FieldContext& ctx, uint64_t seed, std::atomic<uint64_t>* zero_divs);
+  // free_selections: every selection result is replaced by a fresh pseudo-random value keyed by
+  // the selected one (a new variable of the polynomial model). A graph whose outputs are the same
+  // with and without it does not depend on what its selections select (a max that is subtracted
+  // inside exp and cancels); one whose outputs change does, and its verdict has no bound.
+  FieldDomain(const FieldContext& ctx, uint64_t seed, std::atomic<uint64_t>* zero_divs,
+              SelectionOrder order = SelectionOrder::Random, bool free_selections = false);
 
   V from_double(double x) const;
   V from_int(int64_t v) const;  // exact integer
   inline V unary(OpKind k, const Attrs& a, V x) const;
   inline V binary(OpKind k, V x, V y) const;
-  V max(V x, V y) const { return before(x, y) ? y : x; }
-  V min(V x, V y) const { return before(x, y) ? x : y; }
+  V max(V x, V y) const { return selected(before(x, y) ? y : x); }
+  V min(V x, V y) const { return selected(before(x, y) ? x : y); }
   V round_store(V x, DType) const { return x; }
 
   // Uniform random value (untainted) for element `e` of the input named by `input_key`.
   V random(uint64_t input_key, int64_t e) const;
 
-  V add(V x, V y) const { return {f_.mp.add(x.a, y.a), f_.mq.add(x.b, y.b), x.t | y.t}; }
-  V sub(V x, V y) const { return {f_.mp.sub(x.a, y.a), f_.mq.sub(x.b, y.b), x.t | y.t}; }
-  V mul(V x, V y) const { return {f_.mp.mul(x.a, y.a), f_.mq.mul(x.b, y.b), x.t | y.t}; }
-  V neg(V x) const { return {f_.mp.sub(0, x.a), f_.mq.sub(0, x.b), x.t}; }
+  V add(V x, V y) const {
+    return {f_.mp.add(x.a, y.a), f_.mq.add(x.b, y.b), uint16_t(x.t | y.t), uint16_t(x.c & y.c)};
+  }
+  V sub(V x, V y) const {
+    return {f_.mp.sub(x.a, y.a), f_.mq.sub(x.b, y.b), uint16_t(x.t | y.t), uint16_t(x.c & y.c)};
+  }
+  V mul(V x, V y) const {
+    return {f_.mp.mul(x.a, y.a), f_.mq.mul(x.b, y.b), uint16_t(x.t | y.t), uint16_t(x.c & y.c)};
+  }
+  V neg(V x) const { return {f_.mp.sub(0, x.a), f_.mq.sub(0, x.b), x.t, x.c}; }
   V inverse(V x) const;  // counts a zero divisor and returns 0
   V exp(V x) const;
   // A PRF value keyed by (seed, tag, p-part of x): uniform, untainted.
   V prf(uint64_t tag, V x) const;
   // The seeded total order: true if x comes strictly before y.
   bool before(V x, V y) const {
+    if (x.c != y.c && order_ != SelectionOrder::Random)
+      return order_ == SelectionOrder::ConstantsHigh ? x.c < y.c : x.c > y.c;
     uint64_t kx = mix64(x.a ^ order_key_), ky = mix64(y.a ^ order_key_);
     if (kx != ky) return kx < ky;
     if (x.a != y.a) return x.a < y.a;
@@ -174,11 +199,15 @@ class FieldDomain {
 
  private:
   V dyadic(double x) const;
+  V constant_value(double x) const;  // from_double without the constant flag
   V unary_slow(OpKind k, const Attrs& a, V x) const;
+  V selected(V x) const { return free_ ? prf(0x73656c6563746564ull, x) : x; }
 
   const FieldContext& f_;
   uint64_t seed_, order_key_;
   std::atomic<uint64_t>* zero_divs_;
+  SelectionOrder order_;
+  bool free_;
 };
 
 // The ring operations are inline so that the core's element loops (which call binary/unary

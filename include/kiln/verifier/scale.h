@@ -21,10 +21,9 @@
 // units, which the same block-to-unit assignment covers; it rescues candidates whose tiles are
 // 1 wide along a huge dim (a block per row), where the unit is 1.
 //
-// Constants that stand for an extent (1/n of a mean written out by hand, as in
-// `sum(x^2) * 0.000244140625`) are rewritten to the shrunk extent when the other spelling (a
-// mean or rms_norm reducing n elements of the same class) is present; ambiguous ones keep their
-// classes unscaled.
+// Counts: mean and rms_norm keep dividing by their full-size count in the shrunk instance
+// (Attrs::count), and no constant is touched, so the instance is exactly the full one with the
+// offsets >= u' deleted from every reduction (docs/verifier.md has the argument).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +56,6 @@ struct ScaledPair {
   KernelGraph a, b;
   bool scaled = false;                          // some class shrank
   std::vector<std::vector<DimScale>> out_dims;  // per output position, per dim
-  int constants_rewritten = 0;
   std::string description;  // "[4096 -> 128 (u 128 -> 4)] ...", one entry per shrunk class
 
   // The full-size multi-index of an element of the scaled output `output`.

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/interp/interp.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::verifier {
@@ -39,16 +40,25 @@ const char* outcome_name(Outcome o);
 struct Verdict {
   Outcome outcome = Outcome::Inconclusive;
   bool equivalent() const { return outcome == Outcome::Equivalent; }
+  // Equivalent with the reported false-positive bound.
+  bool bounded() const { return equivalent() && !selection_dependent; }
 
   // The bound: a non-equivalent pair passes one trial with probability at most
-  // per_trial_bound; `bound` = per_trial_bound ^ trials (selection caveat: docs/verifier.md).
+  // per_trial_bound; `bound` = per_trial_bound ^ trials. It holds only when the outputs do not
+  // depend on what the graphs' selections select (docs/verifier.md, "Selections").
   int trials = 0;               // conclusive trials run
   int inconclusive_trials = 0;  // trials retried because a divisor was 0 in the field
   double per_trial_bound = 1;
   double bound = 1;
   uint64_t degree = 0;      // the degree term of the bound
   uint64_t selections = 0;  // selections evaluated (max, relu, ...) in one evaluation pair
-  uint64_t seed = 0;        // the base seed; trial i uses trial_seed(seed, i)
+  // Some output of a graph changed when its selections' results were replaced by fresh values:
+  // what a selection selects matters (relu, a max that is output), so the field model bounds
+  // nothing. An Equivalent verdict then has bound 1 and bounded() is false; `kiln verify` exits
+  // 3, and the search accepts it only after a float check on inputs of both signs.
+  bool selection_dependent = false;
+  std::string dependent_graph;  // the first graph found to depend on its selections
+  uint64_t seed = 0;            // the base seed; trial i uses trial_seed(seed, i)
 
   // Where the graphs differ (outcome Different).
   int output = -1;                      // output position
@@ -71,8 +81,9 @@ struct Verdict {
 // The seed of trial i of a verification with base seed s.
 uint64_t trial_seed(uint64_t s, int i);
 
-// Checks that a and b have the same named inputs (shapes, dtypes) and the same number of
-// outputs with equal shapes by position; throws UserError(Shape/Name) naming the difference.
+// Checks that a and b have the same ABI: the same named inputs (shapes, dtypes), and the same
+// outputs in the same order with equal names, shapes and dtypes; throws UserError(Shape/Name)
+// naming the difference.
 void check_compatible(const KernelGraph& a, const KernelGraph& b);
 
 Verdict verify(const KernelGraph& a, const KernelGraph& b, const VerifyOptions& opt = {});
@@ -85,30 +96,50 @@ struct FloatCheckOptions {
   // 4096^3 product) would take minutes in the interpreter. The verifier's proof still stands.
   double max_sampled_work = double(1LL << 31);
   bool candidate_f32 = false;  // evaluate the candidate in F32 (stores rounded)
-  double tolerance = 0;        // > 0: instead of spec_tolerance (tests use it as an oracle)
+  // With candidate_f32: the narrowings the GPU schedule applies inside block graphs (16-bit mma
+  // operands from float32 tiles), so the check sees the f16 overflow the GPU would.
+  std::vector<OperandRounding> operand_rounding;
+  double tolerance = 0;  // > 0: instead of spec_tolerance (tests use it as an oracle)
+  // Input sets, each checked in full: 0 is the uniform generator, s > 0 normal inputs of
+  // standard deviation s (the range rule of the spec format asks for 1).
+  std::vector<double> input_stds = {0.0, 1.0};
+  // Two more sets, inputs of one sign (-|N(0, 1)| and +|N(0, 1)|): rows whose max is negative,
+  // and so on, which selections against constants (relu, a max initialised to 0) need to show a
+  // difference that inputs of random signs almost never show.
+  bool signed_inputs = false;
   int threads = 0;
 };
 
 struct FloatCheck {
   struct Output {
     std::string name;
+    std::string inputs;  // the input set: "uniform", "normal 1", "negative", "positive"
     double error = 0, tolerance = 0;
     int64_t rows_checked = 0, rows_total = 0;
+    std::vector<int64_t> rows;  // the rows compared when sampled (ascending)
     bool ok = false;
   };
   bool ok = false;
   uint64_t seed = 0;
   bool sampled = false;
-  bool skipped = false;  // too costly to evaluate (see max_sampled_work); ok is true
-  double work = 0;       // estimated element operations of the evaluation
-  std::vector<Output> outputs;
+  bool skipped = false;         // too costly to evaluate (see max_sampled_work); ok is true
+  double work = 0;              // estimated element operations of one evaluation pair
+  std::vector<Output> outputs;  // per input set, per output
+  // Input sets on which the spec's float64 reference leaves the float32 range (some op result
+  // beyond FLT_MAX): the range rule exempts them, so they are not compared.
+  std::vector<std::string> exempt;
   double seconds = 0;
   std::string summary() const;
+  // The failing outputs, "Y (normal 1)", comma-separated; empty when ok.
+  std::string failures() const;
 };
 
-// Evaluates spec and cand in float64 on random_inputs(spec, seed) (matched to cand's inputs by
-// name) and compares every output with relative_l2_error against spec_tolerance of the spec
-// output's dtype. Throws UserError if the graphs are not compatible.
+// For each input set, evaluates spec in float64 and cand (float64, or F32 as the options say) on
+// the same inputs (generated for spec, matched to cand's inputs by name) and compares every
+// output with relative_l2_error against spec_tolerance of the spec output's dtype. Large graphs
+// are compared on sampled rows: always the first, the last and a random row of every output (so
+// every grid block along every dim an output row index spans is reached at both ends), then more
+// while cheap. Throws UserError if the graphs are not compatible.
 FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
                        const FloatCheckOptions& opt = {});
 
