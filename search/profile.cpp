@@ -347,12 +347,12 @@ ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Cand
   std::set<std::string> seen;
   for (const Candidate& c : candidates)
     if (seen.insert(c.fingerprint).second) all.push_back({c, static_cast<int>(all.size()) + 1, {}});
-  // The spec's own kernel graph is always valid, so there is always something to fall back on.
+  // The spec's own kernel graph, as a baseline and a fallback (unless it failed a check).
   Candidate sc;
   sc.graph = spec;
   sc.graph.arch = opt.run.arch;
   sc.fingerprint = fingerprint(sc.graph);
-  if (!seen.count(sc.fingerprint)) {
+  if (opt.spec_fallback && !seen.count(sc.fingerprint)) {
     sc.cost = estimate_cost(sc.graph, target_for(opt.run.arch));
     sc.is_spec = true;
     sc.verified = true;

@@ -20,6 +20,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/search/absexpr.h"
+#include "kiln/search/float_model.h"
 #include "kiln/search/prune.h"
 #include "kiln/search/trace.h"
 #include "kiln/verifier/verify.h"
@@ -731,24 +732,33 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // Verification events belong to the candidate's state (same id, same parent).
   std::map<int64_t, int64_t> parent_of;
   for (const TraceEvent& e : events) parent_of.emplace(e.id, e.parent);
-  // Verification in rank order until top_k candidates pass (the spec needs none). Past the
-  // deadline we still verify until one candidate is ranked.
+  // Verification in rank order until top_k candidates pass. Past the deadline we still verify
+  // until one candidate is ranked. Nothing is ranked unchecked: a candidate needs the verifier's
+  // verdict (the spec is its own proof), and the first one ranked, every candidate whose verdict
+  // leans on selections (unbounded), and the spec also need the float check that predicts the
+  // GPU (float_model.h). When everything fails, nothing is ranked and the caller ships nothing.
   auto tv = Clock::now();
   bool have_winner = false;
+  int float_failures = 0;
   for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
     if (have_winner && Clock::now() >= sh.deadline) {
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
       break;
     }
+    bool unbounded = false;
+    std::string line;
     if (!c.is_spec && config.verify) {
       verifier::VerifyOptions vo;
       vo.seed = config.seed;
       vo.threads = config.threads;
       verifier::Verdict v = verifier::verify(spec, c.graph, vo);
-      std::string line =
-          fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome), v.bound,
-                      v.trials, v.scaled ? ", scaled" : "");
+      unbounded = v.equivalent() && !v.bounded();
+      line = unbounded
+                 ? fmt::format("equivalent, unbounded: selections matter ({} trials{})", v.trials,
+                               v.scaled ? ", scaled" : "")
+                 : fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome),
+                               v.bound, v.trials, v.scaled ? ", scaled" : "");
       if (!v.equivalent()) {
         c.verdict = line;
         ev(c.state, parent_of[c.state], "candidate", "rejected", "verifier", line,
@@ -757,30 +767,55 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
         res.rejected.push_back(std::move(c));
         continue;
       }
-      c.verified = true;
-      c.verdict = line;
-      if (!have_winner && config.float_check) {
-        verifier::FloatCheckOptions fo;
-        fo.threads = config.threads;
-        verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
-        if (!fc.ok) {
-          c.verified = false;
-          c.verdict = line + "; float check failed";
-          ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", fc.summary(),
-             c.cost.time * 1e6);
-          st.rejected++;
-          res.rejected.push_back(std::move(c));
-          continue;
-        }
-        c.verdict +=
-            fc.skipped ? "; float check skipped (too costly on the CPU)" : "; float check ok";
+    } else if (c.is_spec) {
+      line = "the spec itself";
+    } else {
+      line = "not verified (verification off)";
+    }
+    if (config.float_check && (!have_winner || unbounded || c.is_spec)) {
+      // Each float check costs up to seconds: after 16 failures stop looking (what remains is
+      // not checked, so it is not ranked either).
+      if (float_failures >= 16) {
+        c.verdict = line + "; not float-checked (16 candidates failed it already)";
+        st.rejected++;
+        res.rejected.push_back(std::move(c));
+        continue;
       }
+      verifier::FloatCheck fc = verifier::float_check(
+          spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
+      if (!fc.ok) {
+        ++float_failures;
+        c.verified = false;
+        c.verdict = line + "; float check FAILED: " + fc.failures();
+        ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", fc.summary(),
+           c.cost.time * 1e6);
+        st.rejected++;
+        res.rejected.push_back(std::move(c));
+        continue;
+      }
+      line += fc.skipped
+                  ? "; float check skipped (too costly on the CPU)"
+                  : fmt::format("; float check ok ({}{}{})",
+                                unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
+                                fc.exempt.empty() ? "" : "; exempt: ",
+                                fmt::format("{}", fmt::join(fc.exempt, ", ")));
+      // An unbounded verdict stands only on a float check that ran.
+      if (unbounded && fc.skipped) {
+        c.verified = false;
+        c.verdict = line;
+        ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", line,
+           c.cost.time * 1e6);
+        st.rejected++;
+        res.rejected.push_back(std::move(c));
+        continue;
+      }
+    }
+    c.verdict = line;
+    if (!c.is_spec && config.verify) {
+      c.verified = true;
       st.verified++;
       ev(c.state, parent_of[c.state], "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
       if (st.time_first_valid_s < 0) st.time_first_valid_s = sh.elapsed();
-    } else if (!c.is_spec) {
-      c.verified = false;
-      c.verdict = "not verified (verification off)";
     }
     if (!have_winner) st.time_best_s = sh.elapsed();
     have_winner = true;
@@ -794,7 +829,6 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   if (enum_pruner) st.enum_pruner = enum_pruner->stats().str();
   if (trace) trace->write_all(events);
   sh.report("done", st.verified, true);
-  KILN_ASSERT(!res.ranked.empty(), "the spec is always a candidate");
   return res;
 }
 

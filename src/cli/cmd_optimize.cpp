@@ -179,9 +179,44 @@ void add_optimize(CLI::App& app) {
         };
       res = search::run_search(spec, cfg, tw.get(), progress);
       if (tty) std::fprintf(stderr, "\n");
-      if (!no_cache) search::cache_store(dir, key, res);
+      // A result with nothing to ship is not worth keeping: the next run searches again.
+      if (!no_cache && !res.ranked.empty()) search::cache_store(dir, key, res);
     }
     std::filesystem::create_directories(out_dir + "/candidates");
+    // Never ship what failed a check: with nothing ranked, keep the rejected μGraphs for
+    // inspection, write the report, and exit 1 without a winner or a .cu.
+    auto ship_nothing = [&](const std::string& why, nlohmann::json report) {
+      for (const std::string& stale :
+           {out_dir + "/" + spec.name + ".mugraph.json", out_dir + "/" + spec.name + ".cu"})
+        std::filesystem::remove(stale);
+      for (size_t i = 0; i < res.rejected.size(); ++i)
+        write_file_text(
+            fmt::format("{}/candidates/failed_{}_{}.mugraph.json", out_dir, i + 1, spec.name),
+            write_mugraph(res.rejected[i].graph));
+      report["winner"] = nullptr;
+      report["shipped"] = false;
+      report["why_nothing_shipped"] = why;
+      write_file_text(out_dir + "/report.json", report.dump(2) + "\n");
+      std::fprintf(stderr, "kiln: %s: NOTHING SHIPPED: %s\n", spec.name.c_str(), why.c_str());
+      for (const search::Candidate& c : res.rejected)
+        std::fprintf(stderr, "  %s%s: %s\n", c.is_spec ? "spec " : "", c.fingerprint.c_str(),
+                     c.verdict.c_str());
+      std::fprintf(stderr, "kiln: the failing μGraphs are in %s/candidates/ (failed_*)\n",
+                   out_dir.c_str());
+      exit_status() = 1;
+    };
+    if (res.ranked.empty()) {
+      nlohmann::json report = search::result_to_json(res, false);
+      report["spec"] = file;
+      report["target"] = target;
+      report["cache_key"] = key;
+      report["config"] = cfg.to_json();
+      ship_nothing(
+          "every candidate, the spec's own kernel graph included, failed the verifier or the float "
+          "check (uniform and std-1 normal inputs, f16/bf16 storage as the GPU keeps it)",
+          report);
+      return;
+    }
     // Profile after the cache: measurements are this machine's and are never stored.
     std::optional<search::ProfileResult> prof_res;
     if (plan.on) {
@@ -200,11 +235,30 @@ void add_optimize(CLI::App& app) {
       std::vector<search::Candidate> top(
           res.ranked.begin(), res.ranked.begin() + std::min<size_t>(plan.k, res.ranked.size()));
       std::filesystem::remove_all(po.work_dir);
+      // The spec is measured as a fallback only when it passed the same checks.
+      for (const search::Candidate& r : res.rejected) po.spec_fallback &= !r.is_spec;
       prof_res = search::profile_candidates(spec, top, po);
       if (tty) std::fprintf(stderr, "\r\033[K");
     }
     const search::Candidate& model_best = res.best();
     const search::ProfiledCandidate* measured = prof_res ? prof_res->winner() : nullptr;
+    if (prof_res && !measured) {
+      // Profiling ran and no candidate passed the GPU check: nothing checked to ship.
+      std::string fails;
+      for (const search::ProfiledCandidate& p : prof_res->ranked)
+        fails += fmt::format("\n  model #{} {}{}: {}: {}", p.model_rank,
+                             p.candidate.is_spec ? "(spec) " : "", p.candidate.fingerprint,
+                             search::profile_status_name(p.m.status), p.m.error);
+      nlohmann::json report = search::result_to_json(res, false);
+      report["spec"] = file;
+      report["target"] = target;
+      report["cache_key"] = key;
+      report["config"] = cfg.to_json();
+      report["profile"] = search::profile_to_json(*prof_res);
+      ship_nothing("no candidate passed the GPU check (uniform and std-1 normal inputs):" + fails,
+                   report);
+      return;
+    }
     const search::Candidate& best = measured ? measured->candidate : model_best;
     write_file_text(out_dir + "/" + spec.name + ".mugraph.json", write_mugraph(best.graph));
     for (size_t i = 0; i < res.ranked.size(); ++i)
@@ -275,8 +329,6 @@ void add_optimize(CLI::App& app) {
                      "kiln: BUG: model #%d (%s) passed the verifier but FAILED the GPU check: "
                      "%s\n",
                      p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
-      if (!measured)
-        std::fprintf(stderr, "kiln: no candidate could be measured; writing the model's winner\n");
     }
     std::fprintf(stderr, "kiln: best: %d kernel(s), %.2f us modeled%s (spec %s); %s\n",
                  best.graph.num_kernels(), best.cost.time * 1e6,

@@ -1,10 +1,15 @@
-// `kiln verify A B [--trials N] [--seed S] [--float] [--no-scale]`: are two graphs (specs or
-// μGraphs, any mix) equivalent? Finite-field trials (docs/verifier.md); exit 0 when equivalent,
-// 1 when not (printing the output, element and seed that differ), 2 on invalid input.
+// `kiln verify A B [--trials N] [--seed S] [--float [--input-std S]] [--no-scale]`: are two
+// graphs (specs or μGraphs, any mix) equivalent? Finite-field trials (docs/verifier.md). Exit 0:
+// equivalent with a false-positive bound (and the float check passed, if asked); 1: not
+// equivalent (printing the output, element and seed that differ) or the float check failed;
+// 2: invalid input; 3: equivalent on every trial but unbounded, because an output depends on
+// what a selection (max, relu, clamp, ...) selects, which the field model cannot bound.
 #include <cstdio>
+#include <cstdlib>
 
 #include "commands.h"
 #include "kiln/ir/json_io.h"
+#include "kiln/search/float_model.h"
 #include "kiln/verifier/verify.h"
 
 namespace kiln::cli {
@@ -17,14 +22,30 @@ void add_verify(CLI::App& app) {
   static uint64_t seed = 1;
   static bool float_too = false, no_scale = false;
   static int threads = 0;
+  static double input_std = -1;
   cmd->add_option("A", file_a, "spec or μGraph JSON file")->required();
   cmd->add_option("B", file_b, "spec or μGraph JSON file")->required();
   cmd->add_option("--trials", trials,
                   "finite-field trials (0: enough for a false-positive bound below 2^-60)")
       ->capture_default_str();
   cmd->add_option("--seed", seed, "base seed of the trials")->capture_default_str();
-  cmd->add_flag("--float", float_too,
-                "also run the float64 check (A as the reference, B as the candidate)");
+  cmd->add_flag(
+      "--float", float_too,
+      "also run the float check: A's float64 reference against B as the GPU computes "
+      "it (F32, 16-bit storage where B's schedule keeps it), on the uniform generator "
+      "and on std-1 normal inputs (and inputs of one sign when the verdict is unbounded)");
+  cmd->add_option("--input-std", input_std,
+                  "with --float: check on normal inputs of this standard deviation only (0: the "
+                  "uniform generator only)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            double d = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != 0 || !(d >= 0 && d <= 1e4))
+              return "must be a standard deviation in [0, 10000], got " + v;
+            return {};
+          },
+          "STD"));
   cmd->add_flag("--no-scale", no_scale,
                 "no scaled instance (output rows are still sampled when the graphs are too big)");
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
@@ -39,14 +60,18 @@ void add_verify(CLI::App& app) {
     std::printf("%s vs %s\n%s\n", file_a.c_str(), file_b.c_str(), v.summary().c_str());
     bool ok = v.equivalent();
     if (float_too) {
-      verifier::FloatCheckOptions fo;
+      verifier::FloatCheckOptions fo =
+          search::gpu_float_check_options(b, v.equivalent() && !v.bounded(), threads);
       fo.max_sampled_work = 1e300;  // asked for explicitly: run it however long it takes
-      fo.threads = threads;
+      if (input_std >= 0) fo.input_stds = {input_std};
       verifier::FloatCheck fc = verifier::float_check(a, b, seed, fo);
       std::printf("%s\n", fc.summary().c_str());
       ok &= fc.ok;
     }
-    if (!ok) exit_status() = 1;
+    if (!ok)
+      exit_status() = 1;
+    else if (!v.bounded())
+      exit_status() = 3;
   });
 }
 

@@ -265,6 +265,79 @@ TEST(Cli, OptimizeDefaultLimitFitsAMinuteAndBadLimitsExitTwo) {
   }
 }
 
+// Issue 13: never ship what failed a check. An output that f16 cannot hold at std-1 inputs
+// (exp of logits of std 8, finite in f32) fails every candidate and the spec itself: exit 1, no
+// .cu, no winner, the failing μGraphs kept under candidates/.
+TEST(Cli, OptimizeShipsNothingWhenEveryCandidateFailsItsCheck) {
+  std::string spec = write_temp("cli_overflow.json", R"({"format": "spec/1", "name": "overflow",
+    "inputs": [{"name": "A", "shape": [64, 64], "dtype": "f16"},
+               {"name": "B", "shape": [64, 64], "dtype": "f16"}],
+    "nodes": [{"name": "S", "op": "matmul", "inputs": ["A", "B"]},
+              {"name": "O", "op": "exp", "inputs": ["S"]}],
+    "outputs": ["O"]})");
+  std::string out = std::string(KILN_BINARY_DIR) + "/cli_optimize_nothing";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/overflow.cu") << "// stale from an earlier run\n";
+  KilnRun r = kiln("optimize " + spec + " -o " + out +
+                   " --no-cache --no-profile --threads 2 --time-limit 10");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("NOTHING SHIPPED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("float check FAILED: O (normal 1"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out + "/overflow.cu"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/overflow.mugraph.json"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/candidates/failed_1_overflow.mugraph.json"));
+  std::ifstream f(out + "/report.json");
+  nlohmann::json rep = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(f), {}));
+  EXPECT_EQ(rep["shipped"], false);
+  EXPECT_TRUE(rep["winner"].is_null());
+  EXPECT_TRUE(rep["ranked"].empty());
+}
+
+// When profiling runs and every candidate, the spec included, fails the GPU check, nothing ships
+// (the model's winner is not written in their place).
+TEST(Cli, OptimizeShipsNothingWhenEveryCandidateFailsTheGpuCheck) {
+  std::string bin = fake_cuda("optimize_mismatch", {{"*", "mismatch"}}, true);
+  std::string out = std::string(KILN_BINARY_DIR) + "/cli_optimize_gpu_fail";
+  std::filesystem::remove_all(out);
+  KilnRun r = kiln_env("PATH=" + bin + ":$PATH", "optimize " + example("lora.json") + " -o " + out +
+                                                     " --no-cache --time-limit 20 " +
+                                                     "--threads 2 --profile 2");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("no candidate passed the GPU check"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out + "/lora.cu"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/lora.mugraph.json"));
+}
+
+// kiln verify: exit 0 equivalent with a bound, 1 not equivalent, 3 equivalent but unbounded
+// (an output depends on what a selection selects); --float checks std-1 inputs too.
+TEST(Cli, VerifyExitStatusesAndTheFloatCheckAtStdOne) {
+  std::string mx = write_temp("cli_max.json", R"({"format": "spec/1", "name": "m",
+    "inputs": [{"name": "X", "shape": [1, 4096], "dtype": "f16"}],
+    "nodes": [{"name": "Y", "op": "max", "inputs": ["X"], "attrs": {"dim": -1}}],
+    "outputs": ["Y"]})");
+  std::string relu = write_temp("cli_relumax.json", R"({"format": "spec/1", "name": "m",
+    "inputs": [{"name": "X", "shape": [1, 4096], "dtype": "f16"}],
+    "nodes": [{"name": "M", "op": "max", "inputs": ["X"], "attrs": {"dim": -1}},
+              {"name": "Y", "op": "relu", "inputs": ["M"]}],
+    "outputs": ["Y"]})");
+  EXPECT_EQ(kiln("verify " + mx + " " + relu).status, 1);
+  KilnRun u = kiln("verify " + mx + " " + mx);
+  EXPECT_EQ(u.status, 3) << u.out;
+  EXPECT_NE(u.out.find("UNBOUNDED"), std::string::npos) << u.out;
+  EXPECT_EQ(kiln("verify " + example("lora.json") + " " + example("lora.mugraph.json")).status, 0);
+  // The hand-written gqa μGraph keeps exp(Q K^T) in f16: right on uniform inputs, not at std 1.
+  KilnRun g =
+      kiln("verify " + example("gqa.json") + " " + example("gqa.mugraph.json") + " --float");
+  EXPECT_EQ(g.status, 1) << g.out;
+  EXPECT_NE(g.out.find("normal 1"), std::string::npos) << g.out;
+  EXPECT_EQ(kiln("verify " + example("gqa.json") + " " + example("gqa.mugraph.json") +
+                 " --float --input-std 0")
+                .status,
+            0);
+  EXPECT_EQ(kiln("verify " + mx + " " + mx + " --float --input-std -1").status, 2);
+}
+
 TEST(Cli, EmitNeedsNoSourceTree) {
   // The device headers are embedded: neither the environment nor the binary's location matters.
   std::string base = std::string(KILN_BINARY_DIR) + "/cli_embed";

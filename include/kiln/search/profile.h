@@ -105,6 +105,9 @@ struct ProfileOptions {
   int threads = 0;       // parallel nvcc processes (0: all cores)
   // Called from the calling thread as each step finishes: ("compiling"|"profiling", done, total).
   std::function<void(const char* phase, int done, int total)> progress;
+  // Also measure the spec's own kernel graph (when no candidate is it). Off when the spec failed
+  // the search's float check: what failed a check is never measured as a fallback.
+  bool spec_fallback = true;
 };
 
 struct ProfiledCandidate {
