@@ -742,6 +742,12 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   int float_failures = 0;
   for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
+    // Each float check costs up to seconds: after 16 failures with nothing ranked, stop looking
+    // (what remains is not checked, so it is not ranked either).
+    if (!have_winner && float_failures >= 16) {
+      st.pruned["not checked (16 float-check failures)"]++;
+      continue;
+    }
     if (have_winner && Clock::now() >= sh.deadline) {
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
       break;
@@ -773,14 +779,6 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       line = "not verified (verification off)";
     }
     if (config.float_check && (!have_winner || unbounded || c.is_spec)) {
-      // Each float check costs up to seconds: after 16 failures stop looking (what remains is
-      // not checked, so it is not ranked either).
-      if (float_failures >= 16) {
-        c.verdict = line + "; not float-checked (16 candidates failed it already)";
-        st.rejected++;
-        res.rejected.push_back(std::move(c));
-        continue;
-      }
       verifier::FloatCheck fc = verifier::float_check(
           spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
       if (!fc.ok) {

@@ -398,14 +398,18 @@ namespace {
 struct InputSet {
   std::string name;
   double std = 0;  // 0: the uniform generator
-  int sign = 0;    // -1 / +1: |normal| with that sign
+  // 0: as drawn; -1 / +1: |normal| with that sign; 2: input i gets sign (-1)^(i+1) (negative,
+  // positive, negative, ...), so that products of two inputs are negative too.
+  int sign = 0;
 };
 
 std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const InputSet& set) {
   std::vector<HostTensor> in = random_inputs(g, seed, set.sign ? 1.0 : set.std);
   if (set.sign)
-    for (HostTensor& h : in)
-      for (double& x : h.data) x = set.sign * std::fabs(x);  // exact: a sign flip
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double sg = set.sign == 2 ? (i % 2 ? 1.0 : -1.0) : set.sign;
+      for (double& x : in[i].data) x = sg * std::fabs(x);  // exact: a sign flip
+    }
   return in;
 }
 
@@ -427,6 +431,7 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
   if (opt.signed_inputs) {
     sets.push_back({"negative", 1, -1});
     sets.push_back({"positive", 1, 1});
+    sets.push_back({"mixed signs", 1, 2});
   }
   // Rows: every row when cheap; else the first, the last and a random row of every output (fewer
   // only if those alone are too costly), then more while cheap.

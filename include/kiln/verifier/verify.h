@@ -103,8 +103,9 @@ struct FloatCheckOptions {
   // Input sets, each checked in full: 0 is the uniform generator, s > 0 normal inputs of
   // standard deviation s (the range rule of the spec format asks for 1).
   std::vector<double> input_stds = {0.0, 1.0};
-  // Two more sets, inputs of one sign (-|N(0, 1)| and +|N(0, 1)|): rows whose max is negative,
-  // and so on, which selections against constants (relu, a max initialised to 0) need to show a
+  // Three more sets, inputs of one sign (-|N(0, 1)|, +|N(0, 1)|) and of alternating sign per
+  // input (-, +, -, ...: products of two inputs negative): rows whose max is negative, and so
+  // on, which selections against constants (relu, a max initialised to 0) need to show a
   // difference that inputs of random signs almost never show.
   bool signed_inputs = false;
   int threads = 0;
@@ -113,7 +114,7 @@ struct FloatCheckOptions {
 struct FloatCheck {
   struct Output {
     std::string name;
-    std::string inputs;  // the input set: "uniform", "normal 1", "negative", "positive"
+    std::string inputs;  // the input set: "uniform", "normal 1", "negative", "positive", ...
     double error = 0, tolerance = 0;
     int64_t rows_checked = 0, rows_total = 0;
     std::vector<int64_t> rows;  // the rows compared when sampled (ascending)
