@@ -5,6 +5,14 @@
 // (a thread per output element, a register-tiled matmul), so that it shares no code path with
 // what it checks. Inputs come from the documented seeded generator (codegen/kiln_rng.h), so the
 // CPU interpreter can reproduce any failing case bit for bit.
+//
+// The checks alternate the generator's two distributions: check c (seed + c) draws uniform
+// inputs when c is even and normal inputs of std 1 when c is odd, because the spec's range rule
+// asks for both. The same rule exempts inputs on which the float64 reference itself leaves the
+// f32 range (an intermediate beyond FLT_MAX or not finite): such a check is printed as exempt and
+// neither passes nor fails.
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "emit_internal.h"
@@ -43,6 +51,15 @@ __global__ void gen_kernel(T* p, int64_t n, uint64_t stream) {
     p[e] = kiln::rt::from_f32<T>(kiln_rng_value(stream, (uint64_t)e));
 }
 
+// The normal variant of the generator (standard deviation sd > 0), bit-identical to
+// kiln::random_tensor(desc, seed, index, sd).
+template <typename T>
+__global__ void gen_normal_kernel(T* p, int64_t n, uint64_t stream, float sd) {
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x)
+    p[e] = kiln::rt::from_f32<T>(kiln_rng_normal(stream, (uint64_t)e, sd));
+}
+
 template <typename T>
 __global__ void widen_kernel(const T* p, double* q, int64_t n) {
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
@@ -75,6 +92,17 @@ __global__ void compare_kernel(const T* out, const double* ref, int64_t n, doubl
     atomicAdd(acc + 2, o2);
     atomicAdd(acc + 3, bad);
   }
+}
+
+// acc[0] += the number of values that are not finite in f32: |x| > FLT_MAX (written out, as
+// double, so that the harness needs no <float.h>) or NaN.
+__global__ void range_kernel(const double* p, int64_t n, double* acc) {
+  double bad = 0;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x)
+    if (!(fabs(p[e]) <= 3.4028234663852886e38)) bad += 1;
+  for (int s = 16; s > 0; s >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, s);
+  if ((threadIdx.x & 31) == 0) atomicAdd(acc, bad);
 }
 
 // Float64 matmul for the reference: C[b] = A[b] B[b], 64 x 64 tiles, 4 x 4 per thread.
@@ -135,15 +163,52 @@ static void* dev_alloc(size_t bytes) {
   return p;
 }
 
-static void gen_input(int i, void* p, uint64_t seed, cudaStream_t s) {
+// Input i under `seed`: the uniform generator when sd is 0, else normal of standard deviation sd.
+static void gen_input(int i, void* p, uint64_t seed, float sd, cudaStream_t s) {
   const uint64_t st = kiln_rng_stream(seed, i);
   const int64_t n = kInNumel[i];
-  switch (kInDtype[i]) {
-    case 0: gen_kernel<__half><<<grid_for(n), 256, 0, s>>>((__half*)p, n, st); break;
-    case 1: gen_kernel<__nv_bfloat16><<<grid_for(n), 256, 0, s>>>((__nv_bfloat16*)p, n, st); break;
-    default: gen_kernel<float><<<grid_for(n), 256, 0, s>>>((float*)p, n, st); break;
+  if (sd > 0) {
+    switch (kInDtype[i]) {
+      case 0: gen_normal_kernel<__half><<<grid_for(n), 256, 0, s>>>((__half*)p, n, st, sd); break;
+      case 1: gen_normal_kernel<__nv_bfloat16><<<grid_for(n), 256, 0, s>>>((__nv_bfloat16*)p, n, st, sd); break;
+      default: gen_normal_kernel<float><<<grid_for(n), 256, 0, s>>>((float*)p, n, st, sd); break;
+    }
+  } else {
+    switch (kInDtype[i]) {
+      case 0: gen_kernel<__half><<<grid_for(n), 256, 0, s>>>((__half*)p, n, st); break;
+      case 1: gen_kernel<__nv_bfloat16><<<grid_for(n), 256, 0, s>>>((__nv_bfloat16*)p, n, st); break;
+      default: gen_kernel<float><<<grid_for(n), 256, 0, s>>>((float*)p, n, st); break;
+    }
   }
   KILN_CK(cudaGetLastError());
+}
+
+// How the "check" lines name an input distribution: "uniform", or "normal" and the standard
+// deviation ("normal1" for the range rule's std 1).
+static void dist_name(double sd, char* buf, size_t n) {
+  if (sd > 0) snprintf(buf, n, "normal%g", sd);
+  else snprintf(buf, n, "uniform");
+}
+
+// The number of values of the last reference run that are not finite in f32: its outputs, its
+// workspace (every other tensor of the spec but the inputs, which are values of their dtype,
+// plus the sums that mean and rms_norm accumulate; zeroed before the run, so padding counts as
+// in range) and the spec's constants. Nonzero means the run is outside the spec's range rule.
+static double ref_out_of_range(double* const* rout, const double* rws, size_t rws_doubles,
+                               double* acc, cudaStream_t s) {
+  KILN_CK(cudaMemsetAsync(acc, 0, sizeof(double), s));
+  for (int o = 0; o < kNumOut; ++o) {
+    range_kernel<<<grid_for(kOutNumel[o]), 256, 0, s>>>(rout[o], kOutNumel[o], acc);
+    KILN_CK(cudaGetLastError());
+  }
+  if (rws_doubles) {
+    range_kernel<<<grid_for((int64_t)rws_doubles), 256, 0, s>>>(rws, (int64_t)rws_doubles, acc);
+    KILN_CK(cudaGetLastError());
+  }
+  double h = 0;
+  KILN_CK(cudaMemcpyAsync(&h, acc, sizeof(h), cudaMemcpyDeviceToHost, s));
+  KILN_CK(cudaStreamSynchronize(s));
+  return h + kRefConstOutOfRange;
 }
 
 static void widen(int dtype, const void* p, double* q, int64_t n, cudaStream_t s) {
@@ -180,6 +245,9 @@ int main(int argc, char** argv) {
   bool check_only = false, no_check = false, kernel_only = false;
   uint64_t seed = kDefaultSeed;
   int repeats = kDefaultRepeats, checks = kDefaultChecks;
+  // Negative: check c uses the uniform generator when c is even and normal std 1 when c is odd
+  // (the spec's range rule); else every check uses this std (0: uniform).
+  double input_std = -1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--check-only")) check_only = true;
     else if (!strcmp(argv[i], "--no-check")) no_check = true;
@@ -187,7 +255,17 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--checks") && i + 1 < argc) checks = atoi(argv[++i]);
-    else { fprintf(stderr, "usage: %s [--check-only] [--no-check] [--kernel-only] [--seed S] [--repeats R] [--checks C]\n", argv[0]); return 2; }
+    else if (!strcmp(argv[i], "--input-std") && i + 1 < argc) {
+      char* end = nullptr;
+      const char* v = argv[++i];
+      input_std = strtod(v, &end);
+      // Written so that NaN fails too; 1e4 keeps 6 sd (the largest value) below f16's 65504.
+      if (end == v || *end != 0 || !(input_std >= 0 && input_std <= 1e4)) {
+        fprintf(stderr, "%s: --input-std must be a number in [0, 1e4] (0: uniform), got %s\n", argv[0], v);
+        return 2;
+      }
+    }
+    else { fprintf(stderr, "usage: %s [--check-only] [--no-check] [--kernel-only] [--seed S] [--repeats R] [--checks C] [--input-std S]\n", argv[0]); return 2; }
   }
   cudaDeviceProp prop;
   KILN_CK(cudaGetDeviceProperties(&prop, 0));
@@ -218,7 +296,7 @@ int main(int argc, char** argv) {
   if (kernel_only) {
     // One call on fresh inputs and nothing else (no reference, no timing): what a memory or race
     // checker should look at.
-    for (int i = 0; i < kNumIn; ++i) gen_input(i, in[i], seed, s);
+    for (int i = 0; i < kNumIn; ++i) gen_input(i, in[i], seed, input_std > 0 ? (float)input_std : 0.0f, s);
     for (int o = 0; o < kNumOut; ++o) KILN_CK(cudaMemsetAsync(out[o], 0xff, kOutBytes[o], s));
     KILN_CK(KILN_CALL(in, out, ws, s));
     KILN_CK(cudaStreamSynchronize(s));
@@ -226,31 +304,52 @@ int main(int argc, char** argv) {
     printf("kernel-only run done\n");
     return 0;
   }
+  int checks_run = 0, exempt = 0;
   if (!no_check) {
     for (int c = 0; c < checks; ++c) {
-      const uint64_t sd = seed + (uint64_t)c;
+      const uint64_t cs = seed + (uint64_t)c;
+      const double cstd = input_std >= 0 ? input_std : (c % 2 ? 1.0 : 0.0);
+      char dist[32];
+      dist_name(cstd, dist, sizeof dist);
       for (int i = 0; i < kNumIn; ++i) {
-        gen_input(i, in[i], sd, s);
+        gen_input(i, in[i], cs, (float)cstd, s);
         widen(kInDtype[i], in[i], rin[i], kInNumel[i], s);
       }
+      if (rws) KILN_CK(cudaMemsetAsync(rws, 0, rws_doubles * sizeof(double), s));
       KILN_CK(kiln_ref_run((const double* const*)rin, rout, rws, s));
       KILN_CK(cudaStreamSynchronize(s));
+      // The range rule: the kernel must be right where every intermediate of the float64
+      // reference is finite in f32. Where one is not, the check is exempt: neither pass nor fail
+      // (the kernel still runs, so a CUDA error still counts).
+      const double oor = ref_out_of_range(rout, rws, rws_doubles, acc, s);
+      const bool is_exempt = oor > 0;
       // Poison outputs and workspace with NaN (all-ones bytes are NaN in f16, bf16 and f32).
       for (int o = 0; o < kNumOut; ++o) KILN_CK(cudaMemsetAsync(out[o], 0xff, kOutBytes[o], s));
       if (ws) KILN_CK(cudaMemsetAsync(ws, 0xff, ws_bytes, s));
       KILN_CK(KILN_CALL(in, out, ws, s));
       KILN_CK(cudaStreamSynchronize(s));
       KILN_CK(cudaGetLastError());
+      ++checks_run;
+      exempt += is_exempt;
       for (int o = 0; o < kNumOut; ++o) {
         double bad = 0;
         double e = compare(o, out[o], rout[o], acc, s, &bad);
         const bool pass = e <= kOutTol[o];
-        printf("check seed=%llu output=%s err=%.3e tol=%.1e nonfinite=%.0f %s\n",
-               (unsigned long long)sd, kOutName[o], e, kOutTol[o], bad, pass ? "ok" : "FAIL");
+        printf("check seed=%llu dist=%s output=%s err=%.3e tol=%.1e nonfinite=%.0f %s\n",
+               (unsigned long long)cs, dist, kOutName[o], e, kOutTol[o], bad,
+               is_exempt ? "exempt" : pass ? "ok" : "FAIL");
+        if (is_exempt) continue;
         ok &= pass;
         if (e > max_err) max_err = e;
       }
+      if (is_exempt)
+        printf("exempt seed=%llu dist=%s: the float64 reference leaves the f32 range (%.0f values "
+               "beyond FLT_MAX or not finite); this check neither passes nor fails\n",
+               (unsigned long long)cs, dist, oor);
     }
+    if (checks_run > 0 && exempt == checks_run)
+      printf("all %d checks exempt: nothing was checked (the reference leaves the f32 range on "
+             "every input)\n", checks_run);
   }
   double median_us = NAN;
   int copies = 0, calls = 0;
@@ -269,7 +368,7 @@ int main(int argc, char** argv) {
     for (int c = 0; c < copies; ++c)
       for (int i = 0; i < kNumIn; ++i) {
         cin[c * kNumIn + i] = dev_alloc(kInBytes[i]);
-        gen_input(i, cin[c * kNumIn + i], seed + 1000 + c, s);
+        gen_input(i, cin[c * kNumIn + i], seed + 1000 + c, 0.0f, s);
       }
     KILN_CK(cudaStreamSynchronize(s));
     calls = copies > kMinCalls ? copies : kMinCalls;
@@ -307,8 +406,10 @@ int main(int argc, char** argv) {
     printf("timing: %d calls per graph, %d input copies (%.1f MB each), %d repeats, min %.2f us, median %.2f us\n",
            calls, copies, per / 1e6, repeats, repeats ? t[0] : NAN, median_us);
   }
-  printf("KILN_RESULT name=%s ok=%d err=%.3e us=%.2f calls=%d copies=%d\n", kName, ok ? 1 : 0,
-         max_err, median_us, calls, copies);
+  // err is the largest error of the checks that counted: nan when every check was exempt.
+  printf("KILN_RESULT name=%s ok=%d err=%.3e us=%.2f calls=%d copies=%d checks=%d exempt=%d\n",
+         kName, ok ? 1 : 0, checks_run > 0 && exempt == checks_run ? NAN : max_err, median_us,
+         calls, copies, checks_run, exempt);
   return ok ? 0 : 1;
 }
 )cu";
@@ -320,6 +421,13 @@ struct RefCtx {
   Code kernels;
   Code launch;
   std::vector<int64_t> offset;  // doubles into the reference workspace, -1 if not there
+  int64_t ws = 0;               // doubles of reference workspace so far
+  // Places n doubles in the reference workspace (32-aligned) and returns their offset.
+  int64_t place(int64_t n) {
+    const int64_t at = ws;
+    ws += cdiv(n, 32) * 32;
+    return at;
+  }
   bool is_const(int t) const {
     int p = g.producer(t);
     return p >= 0 && g.ops[p].kind == OpKind::Constant;
@@ -327,12 +435,14 @@ struct RefCtx {
   double cval(int t) const { return g.ops[g.producer(t)].attrs.value; }
 };
 
+// `extra`: a further argument after the output (e.g. where the kernel keeps its sums).
 void ref_launch(RefCtx& x, const std::string& kernel, int64_t work, const std::vector<int>& ins,
-                int outt) {
+                int outt, const std::string& extra = "") {
   std::vector<std::string> args;
   for (int t : ins)
     if (!x.is_const(t)) args.push_back(fmt::format("t{}", t));
   args.push_back(fmt::format("t{}", outt));
+  if (!extra.empty()) args.push_back(extra);
   x.launch.f("kiln_ref::{}<<<kiln_harness::grid_for({}), 256, 0, stream>>>({});", kernel, work,
              fmt::join(args, ", "));
   x.launch.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
@@ -346,11 +456,11 @@ void emit_reference(const KernelGraph& g, Code& out) {
   const int nt = static_cast<int>(g.tensors.size());
   std::set<int> ins(g.inputs.begin(), g.inputs.end()), outs(g.outputs.begin(), g.outputs.end());
   x.offset.assign(nt, -1);
-  int64_t ws = 0;
+  // Every tensor of the spec but its inputs, outputs and constants lives in the workspace, so
+  // the harness can see every intermediate (the range rule: ref_out_of_range).
   for (int t = 0; t < nt; ++t) {
     if (ins.count(t) || outs.count(t) || x.is_const(t)) continue;
-    x.offset[t] = ws;
-    ws += cdiv(numel(g.tensor(t).shape), 32) * 32;
+    x.offset[t] = x.place(numel(g.tensor(t).shape));
   }
   for (size_t k = 0; k < g.ops.size(); ++k) {
     const KernelOp& op = g.ops[k];
@@ -395,6 +505,11 @@ void emit_reference(const KernelGraph& g, Code& out) {
       x.launch.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
       continue;
     }
+    // mean and rms_norm also keep the sum they accumulate (of x, of x²) in the workspace: an
+    // intermediate of the float64 reference that no tensor of the spec holds.
+    const bool keeps_sum = op.kind == OpKind::Mean || cls == OpClass::RmsNorm;
+    if (keeps_sum) params.push_back("double* __restrict__ q");
+    std::string extra;
     c.open(fmt::format("__global__ void {}({}) {{", name, fmt::join(params, ", ")));
     int64_t work = numel(ys);
     switch (cls) {
@@ -431,6 +546,7 @@ void emit_reference(const KernelGraph& g, Code& out) {
         for (int d = 0; d < dim; ++d) outer *= s[d];
         for (size_t d = dim + 1; d < s.size(); ++d) inner *= s[d];
         work = outer * inner;
+        if (keeps_sum) extra = fmt::format("ws + {}", x.place(work));
         c.open(fmt::format(fmt::runtime(loop), work));
         c.f("const int64_t ou = e / {}, in = e % {};", inner, inner);
         c.f("const double* xp = a0 + ou * {} + in;", R * inner);
@@ -440,7 +556,10 @@ void emit_reference(const KernelGraph& g, Code& out) {
           c.f("double acc = {};", mx ? "-INFINITY" : "0.0");
           c.f("for (int k = 0; k < {}; ++k) acc = {};", R,
               mx ? "fmax(acc, " + at + ")" : "acc + " + at);
-          if (op.kind == OpKind::Mean) c.f("acc /= {}.0;", R);
+          if (op.kind == OpKind::Mean) {
+            c.line("q[e] = acc;");
+            c.f("acc /= {}.0;", R);
+          }
           c.line("y[e] = acc;");
         } else if (cls == OpClass::Softmax) {
           c.line("double m = -INFINITY, sum = 0.0;");
@@ -451,6 +570,7 @@ void emit_reference(const KernelGraph& g, Code& out) {
         } else {
           c.line("double ss = 0.0;");
           c.f("for (int k = 0; k < {}; ++k) ss += {} * {};", R, at, at);
+          c.line("q[e] = ss;");
           c.f("const double r = 1.0 / sqrt(ss / {}.0 + {});", R, dlit(op.attrs.eps));
           std::string w = op.inputs.size() == 2 ? operand(1, "k") : "1.0";
           c.f("for (int k = 0; k < {}; ++k) y[e * {} + k] = {} * r * {};", R, R, at, w);
@@ -463,13 +583,14 @@ void emit_reference(const KernelGraph& g, Code& out) {
     }
     c.close();
     c.line("");
-    ref_launch(x, name, work, op.inputs, y);
+    KILN_ASSERT(keeps_sum == !extra.empty(), "{}: where its sums go", name);
+    ref_launch(x, name, work, op.inputs, y, extra);
   }
   out.line("namespace kiln_ref {");
   out.append(x.kernels);
   out.line("}  // namespace kiln_ref");
   out.line("");
-  out.f("static size_t kiln_ref_workspace_doubles() {{ return {}; }}", ws);
+  out.f("static size_t kiln_ref_workspace_doubles() {{ return {}; }}", x.ws);
   out.open(
       "static cudaError_t kiln_ref_run(const double* const* in, double* const* out, double* ws, "
       "cudaStream_t stream) {");
@@ -533,9 +654,11 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
       "// Kiln GPU harness for {0}: checks kiln_{0} against a float64 reference of spec {1}, then\n"
       "// times it (CUDA-graph replays, inputs rotating over enough copies to defeat L2).\n"
       "// Build: {2}\n"
-      "// Run:   ./harness_{0} [--check-only | --kernel-only] [--seed S] [--repeats R] [--checks C]\n"
-      "// Prints: KILN_RESULT name={0} ok=0|1 err=MAX_REL_ERR us=MEDIAN_US ...; exit 0 ok, 1 "
-      "mismatch, 2 CUDA error.\n\n",
+      "// Run:   ./harness_{0} [--check-only | --kernel-only] [--seed S] [--repeats R]\n"
+      "//        [--checks C] [--input-std S]  (checks alternate uniform and normal std-1\n"
+      "//        inputs; --input-std S gives every check std S, 0: uniform)\n"
+      "// Prints: KILN_RESULT name={0} ok=0|1 err=MAX_REL_ERR us=MEDIAN_US ... checks=N exempt=E;\n"
+      "// exit 0 ok, 1 mismatch, 2 CUDA error.\n\n",
       candidate.name, spec.name,
       nvcc_command("harness_" + candidate.name + ".cu", "harness_" + candidate.name,
                    opt.emit.arch)));
@@ -563,14 +686,21 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
     out_tol.push_back(fmt::format("{}", tol));
     out_name.push_back("\"" + d.name + "\"");
   }
-  // Float64 reference matmuls are slow (tens of TFLOP/s at best): one check for big ones.
+  // Float64 reference matmuls are slow (tens of TFLOP/s at best): big ones get two checks, and
+  // every harness at least two by default, one per input distribution (uniform, normal std 1).
   double ref_flops = 0;
   for (const KernelOp& op : spec.ops)
     if (op.kind == OpKind::MatMul) {
       const Shape& a = spec.tensor(op.inputs[0]).shape;
       ref_flops += 2.0 * double(numel(spec.tensor(op.outputs[0]).shape)) * double(a.back());
     }
-  int checks = ref_flops > 5e10 ? std::min(opt.checks, 1) : opt.checks;
+  const int checks = ref_flops > 5e10 ? 2 : std::max(opt.checks, 2);
+  // A constant beyond the f32 range is an intermediate no input can bring back into it.
+  int const_out_of_range = 0;
+  for (const KernelOp& op : spec.ops)
+    if (op.kind == OpKind::Constant &&
+        !(std::fabs(op.attrs.value) <= double(std::numeric_limits<float>::max())))
+      ++const_out_of_range;
   out.raw(fmt::format("static const char* const kName = \"{}\";\n", candidate.name));
   out.raw(cgen::kHarnessRuntime);
   out.raw("\n");
@@ -583,11 +713,12 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
       "static const char* const kOutName[] = {{{}}};\n"
       "static const uint64_t kDefaultSeed = {}ull;\nstatic const int kDefaultRepeats = {};\n"
       "static const int kDefaultChecks = {};\nstatic const int kMinCalls = {};\n"
-      "static const size_t kL2Bytes = {}ull;\n\n",
+      "static const size_t kL2Bytes = {}ull;\nstatic const double kRefConstOutOfRange = {};\n\n",
       candidate.inputs.size(), candidate.outputs.size(), fmt::join(in_numel, ", "),
       fmt::join(in_bytes, ", "), fmt::join(in_dtype, ", "), fmt::join(out_numel, ", "),
       fmt::join(out_bytes, ", "), fmt::join(out_dtype, ", "), fmt::join(out_tol, ", "),
-      fmt::join(out_name, ", "), opt.seed, opt.repeats, checks, opt.min_calls, opt.l2_bytes));
+      fmt::join(out_name, ", "), opt.seed, opt.repeats, checks, opt.min_calls, opt.l2_bytes,
+      const_out_of_range));
   // The call of the candidate with arrays of pointers.
   std::vector<std::string> args;
   for (size_t i = 0; i < candidate.inputs.size(); ++i) args.push_back(fmt::format("(i_)[{}]", i));

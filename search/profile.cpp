@@ -251,14 +251,50 @@ Measurement compile_harness(const std::string& dir, const HarnessRun& opt) {
   return m;
 }
 
+namespace {
+
+// The key=value words of a line (words without '=' are skipped).
+std::map<std::string, std::string> key_values(const std::string& line) {
+  std::map<std::string, std::string> kv;
+  std::stringstream fields(line);
+  std::string f;
+  while (fields >> f)
+    if (auto eq = f.find('='); eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
+  return kv;
+}
+
+// "output y differs from the float64 reference of the spec on normal1 inputs (seed 2: rel err
+// 3.1e-01 > tol 1.0e-04)" for a harness line `check seed=2 dist=normal1 output=y err=3.1e-01
+// tol=1.0e-04 nonfinite=0 FAIL` (older harnesses print no dist: their checks were uniform).
+std::string describe_failed_check(const std::string& line) {
+  std::map<std::string, std::string> kv = key_values(line);
+  auto get = [&](const char* k) { return kv.count(k) ? kv[k] : std::string("?"); };
+  std::string nonfinite = kv.count("nonfinite") && kv["nonfinite"] != "0"
+                              ? fmt::format(", {} non-finite values", kv["nonfinite"])
+                              : "";
+  return fmt::format(
+      "output {} differs from the float64 reference of the spec on {} inputs (seed {}: rel err "
+      "{} > tol {}{})",
+      get("output"), kv.count("dist") ? kv["dist"] : "uniform", get("seed"), get("err"), get("tol"),
+      nonfinite);
+}
+
+}  // namespace
+
 Measurement parse_harness_output(const ProcessResult& r) {
   Measurement m;
   std::stringstream ss(r.output);
-  std::string line, result;
+  std::string line, result, first_fail;
+  int failed_checks = 0;
   while (std::getline(ss, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.rfind("device: ", 0) == 0 && m.device.empty()) {
       m.device = line.substr(8);
       if (auto p = m.device.find(" ("); p != std::string::npos) m.device.resize(p);
+    }
+    if (line.rfind("check ", 0) == 0 && line.size() >= 5 &&
+        line.compare(line.size() - 5, 5, " FAIL") == 0) {
+      if (failed_checks++ == 0) first_fail = line;
     }
     if (line.rfind("KILN_RESULT ", 0) == 0) result = line;
   }
@@ -278,11 +314,7 @@ Measurement parse_harness_output(const ProcessResult& r) {
     cuda_error = result.substr(p + 7);
     result.resize(p);
   }
-  std::map<std::string, std::string> kv;
-  std::stringstream fields(result.substr(12));
-  std::string f;
-  while (fields >> f)
-    if (auto eq = f.find('='); eq != std::string::npos) kv[f.substr(0, eq)] = f.substr(eq + 1);
+  std::map<std::string, std::string> kv = key_values(result.substr(12));
   auto num = [&](const char* k) {
     auto it = kv.find(k);
     if (it == kv.end()) return std::nan("");
@@ -290,15 +322,24 @@ Measurement parse_harness_output(const ProcessResult& r) {
     double v = std::strtod(it->second.c_str(), &end);
     return end && *end == 0 ? v : std::nan("");
   };
-  double err = num("err"), us = num("us");
+  double err = num("err"), us = num("us"), checks = num("checks"), exempt = num("exempt");
   m.err = std::isnan(err) ? -1 : err;
+  if (checks >= 0) m.checks = static_cast<int>(checks);
+  if (exempt >= 0) m.exempt = static_cast<int>(exempt);
   if (r.exit_code == 2 || !cuda_error.empty()) {
     m.status = ProfileStatus::CudaError;
     m.error = "CUDA error: " + (cuda_error.empty() ? std::string("(exit 2)") : cuda_error);
   } else if (kv["ok"] != "1" || r.exit_code == 1) {
     m.status = ProfileStatus::Mismatch;
-    m.error = fmt::format("output differs from the float64 reference of the spec (max rel err {})",
-                          kv.count("err") ? kv["err"] : "?");
+    if (first_fail.empty())
+      m.error =
+          fmt::format("output differs from the float64 reference of the spec (max rel err {})",
+                      kv.count("err") ? kv["err"] : "?");
+    else
+      m.error = describe_failed_check(first_fail) +
+                (failed_checks > 1
+                     ? fmt::format("; {} failing (check, output) pairs in all", failed_checks)
+                     : "");
   } else if (r.exit_code != 0) {
     m.status = ProfileStatus::NoResult;
     m.error = fmt::format("the harness exited with {}", r.exit_code);
@@ -314,8 +355,11 @@ Measurement parse_harness_output(const ProcessResult& r) {
 
 Measurement run_harness(const std::string& dir, const HarnessRun& opt) {
   fs::path d(dir);
-  std::string cmd = fmt::format("cd {} && ./harness --seed {} --checks {} --repeats {}",
-                                shell_quote(d.string()), opt.seed, opt.checks, opt.repeats);
+  // At least two checks: the first draws uniform inputs, the second normal std 1 (the range
+  // rule), and a candidate must pass both.
+  std::string cmd =
+      fmt::format("cd {} && ./harness --seed {} --checks {} --repeats {}", shell_quote(d.string()),
+                  opt.seed, std::max(opt.checks, 2), opt.repeats);
   ProcessResult r = runner_of(opt)(cmd, opt.run_timeout_s);
   Measurement m = parse_harness_output(r);
   m.harness = (d / "harness.cu").string();
@@ -423,19 +467,22 @@ nlohmann::json profile_to_json(const ProfileResult& r) {
   nlohmann::json cs = nlohmann::json::array();
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const ProfiledCandidate& p = r.ranked[i];
-    cs.push_back({{"measured_rank", p.m.ok() ? nlohmann::json(int(i) + 1) : nlohmann::json()},
-                  {"model_rank", p.model_rank},
-                  {"fingerprint", p.candidate.fingerprint},
-                  {"is_spec", p.candidate.is_spec},
-                  {"kernels", p.candidate.graph.num_kernels()},
-                  {"model_us", p.candidate.cost.time * 1e6},
-                  {"measured_us", p.m.ok() ? nlohmann::json(p.m.us) : nlohmann::json()},
-                  {"gpu_ok", p.m.ok()},
-                  {"status", profile_status_name(p.m.status)},
-                  {"max_rel_err", p.m.err >= 0 ? nlohmann::json(p.m.err) : nlohmann::json()},
-                  {"profile_error", p.m.ok() ? nlohmann::json() : nlohmann::json(p.m.error)},
-                  {"harness", p.m.harness},
-                  {"log", p.m.log}});
+    cs.push_back(
+        {{"measured_rank", p.m.ok() ? nlohmann::json(int(i) + 1) : nlohmann::json()},
+         {"model_rank", p.model_rank},
+         {"fingerprint", p.candidate.fingerprint},
+         {"is_spec", p.candidate.is_spec},
+         {"kernels", p.candidate.graph.num_kernels()},
+         {"model_us", p.candidate.cost.time * 1e6},
+         {"measured_us", p.m.ok() ? nlohmann::json(p.m.us) : nlohmann::json()},
+         {"gpu_ok", p.m.ok()},
+         {"status", profile_status_name(p.m.status)},
+         {"max_rel_err", p.m.err >= 0 ? nlohmann::json(p.m.err) : nlohmann::json()},
+         {"gpu_checks", p.m.checks >= 0 ? nlohmann::json(p.m.checks) : nlohmann::json()},
+         {"gpu_checks_exempt", p.m.exempt >= 0 ? nlohmann::json(p.m.exempt) : nlohmann::json()},
+         {"profile_error", p.m.ok() ? nlohmann::json() : nlohmann::json(p.m.error)},
+         {"harness", p.m.harness},
+         {"log", p.m.log}});
   }
   return cs;
 }

@@ -1,9 +1,14 @@
-// `kiln eval FILE [--seed N] [--precision f32|f64]`: runs the CPU reference interpreter on the
-// documented seeded random inputs and prints, per output, its shape, mean, max |x| and a
+// `kiln eval FILE [--seed N] [--precision f32|f64] [--input-std S]`: runs the CPU reference
+// interpreter on the documented seeded random inputs (uniform, or normal of std S > 0: the
+// inputs of the GPU harness's checks) and prints, per output, its shape, mean, max |x| and a
 // checksum (sum over i of (1 + i mod 7) * x_i, sensitive to order and to every element).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "kiln/interp/interp.h"
@@ -18,8 +23,25 @@ void add_eval(CLI::App& app) {
   static uint64_t seed = 1;
   static std::string precision = "f64";
   static int threads = 0;
+  static double input_std = 0;
   cmd->add_option("FILE", file, "spec or μGraph JSON file")->required();
   cmd->add_option("--seed", seed, "seed of the random inputs (docs/interpreter.md)")
+      ->capture_default_str();
+  // NaN passes CLI11's range checks (every comparison is false), so the bound is spelled out.
+  // 1e4 keeps the largest value (6 std) below f16's 65504.
+  const CLI::Validator std_range(
+      [](std::string& v) -> std::string {
+        char* end = nullptr;
+        double d = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end != 0 || !(d >= 0 && d <= 1e4))
+          return "must be a number in [0, 1e4] (0: the uniform generator), got " + v;
+        return {};
+      },
+      "STD");
+  cmd->add_option("--input-std", input_std,
+                  "0: uniform inputs in [-0.5, 0.5); S > 0: normal inputs of standard deviation S "
+                  "(the spec's range rule uses 1)")
+      ->check(std_range)
       ->capture_default_str();
   cmd->add_option("--precision", precision,
                   "f64: exact reference semantics; f32: float arithmetic, stores rounded to dtype")
@@ -29,14 +51,17 @@ void add_eval(CLI::App& app) {
   cmd->callback([] {
     KernelGraph g = load_graph_file(file);
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<HostTensor> inputs = random_inputs(g, seed);
+    std::vector<HostTensor> inputs = random_inputs(g, seed, input_std);
     EvalOptions opt;
     opt.precision = precision == "f32" ? Precision::F32 : Precision::F64;
     opt.threads = threads;
     std::vector<HostTensor> outs = evaluate(g, inputs, opt);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s: %s, seed %llu, %s, %.3f s\n", g.name.c_str(), g.is_spec() ? "spec" : "μGraph",
-                static_cast<unsigned long long>(seed), precision.c_str(), secs);
+    const std::string dist =
+        input_std > 0 ? fmt::format("normal inputs (std {:g})", input_std) : "uniform inputs";
+    std::printf("%s: %s, seed %llu, %s, %s, %.3f s\n", g.name.c_str(),
+                g.is_spec() ? "spec" : "μGraph", static_cast<unsigned long long>(seed),
+                dist.c_str(), precision.c_str(), secs);
     for (size_t i = 0; i < outs.size(); ++i) {
       const HostTensor& t = outs[i];
       double sum = 0, maxabs = 0, check = 0;

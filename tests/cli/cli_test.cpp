@@ -125,6 +125,33 @@ TEST(Cli, EvalIsDeterministicAndAgreesBetweenSpecAndMugraph) {
   EXPECT_NE(m.out.find("[16, 4096]"), std::string::npos);
 }
 
+// --input-std S draws normal inputs of std S (the GPU harness's odd checks use 1): deterministic,
+// other numbers than the uniform generator's, larger ones for a larger std. Anything but a
+// number in [0, 1e4] is a bad argument (exit 2, nothing on stdout).
+TEST(Cli, EvalInputStdDrawsNormalInputsAndRejectsBadValues) {
+  const std::string spec = example("rmsnorm_linear.json");
+  KilnRun u = kiln("eval " + spec + " --seed 5");
+  KilnRun z = kiln("eval " + spec + " --seed 5 --input-std 0");
+  KilnRun n = kiln("eval " + spec + " --seed 5 --input-std 1");
+  KilnRun n2 = kiln("eval " + spec + " --seed 5 --input-std 1.0");
+  ASSERT_EQ(u.status, 0) << u.err;
+  ASSERT_EQ(z.status, 0) << z.err;
+  ASSERT_EQ(n.status, 0) << n.err;
+  ASSERT_EQ(n2.status, 0) << n2.err;
+  auto body = [](const KilnRun& r) { return r.out.substr(r.out.find('\n')); };
+  EXPECT_EQ(body(u), body(z));  // 0 is the uniform generator
+  EXPECT_NE(body(u), body(n));
+  EXPECT_EQ(body(n), body(n2));
+  EXPECT_NE(u.out.find("uniform inputs"), std::string::npos) << u.out;
+  EXPECT_NE(n.out.find("normal inputs (std 1)"), std::string::npos) << n.out;
+  for (const char* bad : {"-1", "nan", "inf", "1e5", "abc", "", "1x"}) {
+    KilnRun b = kiln("eval " + spec + " --input-std '" + bad + "'");
+    EXPECT_EQ(b.status, 2) << bad << ": " << b.err;
+    EXPECT_TRUE(b.out.empty()) << bad << ": " << b.out;
+    EXPECT_NE(b.err.find("--input-std"), std::string::npos) << bad << ": " << b.err;
+  }
+}
+
 }  // namespace
 
 // ---- kiln bench, kiln optimize --profile, embedded headers (fake toolchain: support/fake_cuda.h)

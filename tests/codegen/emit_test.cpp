@@ -110,6 +110,66 @@ TEST(Emit, HarnessEmbedsKernelReferenceAndGenerator) {
   EXPECT_THROW(emit_harness(g, other), UserError);
 }
 
+// The range rule in every harness: checks alternate the uniform and the normal std-1 generator
+// (at least two by default, also where a big reference cuts them), each check line names its
+// distribution, and a check whose float64 reference leaves the f32 range is exempt. The device
+// code itself runs in the simulator (sim_reference_test.cpp) and under nvcc (test_codegen_nvcc).
+TEST(Emit, HarnessChecksBothDistributionsAndExemptsOutOfRange) {
+  for (const char* name : {"gqa", "rmsnorm_linear", "gated_mlp_m4096"}) {
+    SCOPED_TRACE(name);
+    std::string base = std::string(KILN_SOURCE_DIR) + "/examples/" + name;
+    KernelGraph spec = load_graph_file(base + ".json");
+    KernelGraph g = std::filesystem::exists(base + ".mugraph.json")
+                        ? load_graph_file(base + ".mugraph.json")
+                        : spec;
+    HarnessOptions ho;
+    ho.checks = 1;
+    const std::string h = emit_harness(g, spec, ho);
+    auto at = [&](const std::string& text) {
+      size_t p = h.find(text);
+      EXPECT_NE(p, std::string::npos) << text;
+      return p;
+    };
+    // The generator's normal variant, inlined, and the kernel that draws inputs from it.
+    at("float kiln_rng_normal(uint64_t stream, uint64_t e, float sd)");
+    at("kiln_rng_normal(stream, (uint64_t)e, sd)");
+    at("gen_normal_kernel<__half>");
+    // The option, and the alternation: even checks uniform, odd ones normal std 1.
+    at("\"--input-std\"");
+    at("input_std >= 0 ? input_std : (c % 2 ? 1.0 : 0.0)");
+    // At least two checks by default, even for gated_mlp_m4096's big reference matmuls.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(h, m, std::regex(R"(kDefaultChecks = (\d+);)")));
+    EXPECT_GE(std::stoi(m[1]), 2);
+    if (std::string(name) == "gated_mlp_m4096") {
+      EXPECT_EQ(std::stoi(m[1]), 2);
+    }
+    // Per check: reference on a zeroed workspace, range scan, then the kernel and the compare.
+    const size_t zero = at("cudaMemsetAsync(rws, 0, rws_doubles * sizeof(double), s)");
+    const size_t ref = at("KILN_CK(kiln_ref_run((const double* const*)rin, rout, rws, s));");
+    const size_t scan = at("ref_out_of_range(rout, rws, rws_doubles, acc, s)");
+    const size_t cmp = at("compare(o, out[o], rout[o], acc, s, &bad)");
+    EXPECT_LT(zero, ref);
+    EXPECT_LT(ref, scan);
+    EXPECT_LT(scan, cmp);
+    // The scan covers every output and the whole reference workspace.
+    at("range_kernel<<<grid_for(kOutNumel[o]), 256, 0, s>>>(rout[o], kOutNumel[o], acc)");
+    at("range_kernel<<<grid_for((int64_t)rws_doubles), 256, 0, s>>>(rws, (int64_t)rws_doubles, "
+       "acc)");
+    at("static const double kRefConstOutOfRange = 0;");
+    // What is printed: the distribution per check line, exempt checks, the result's new keys.
+    at("check seed=%llu dist=%s output=%s err=%.3e tol=%.1e nonfinite=%.0f %s\\n");
+    at("is_exempt ? \"exempt\" : pass ? \"ok\" : \"FAIL\"");
+    at("if (is_exempt) continue;");
+    at("calls=%d copies=%d checks=%d exempt=%d\\n");
+    // Timing inputs stay uniform.
+    at("gen_input(i, cin[c * kNumIn + i], seed + 1000 + c, 0.0f, s);");
+  }
+  // The reference keeps the sums that rms_norm and mean accumulate in its workspace.
+  KernelGraph rl = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/rmsnorm_linear.json");
+  EXPECT_NE(emit_harness(rl, rl).find("q[e] = ss;"), std::string::npos);
+}
+
 TEST(Emit, NvccCommandNamesBothTargetsForObjects) {
   std::string c = nvcc_command("k.cu", "k.o", Arch::Sm90a);
   EXPECT_NE(c.find("compute_90a,code=sm_90a"), std::string::npos);

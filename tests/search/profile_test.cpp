@@ -167,6 +167,103 @@ TEST(Profile, ParsesHarnessOutput) {
   EXPECT_EQ(parse_harness_output({-1, true, ""}).status, ProfileStatus::Timeout);
 }
 
+// The harness's range-rule keys (checks=, exempt=) and per-check lines: a failure on either
+// input distribution is a mismatch that names the distribution, the output and the seed; a run
+// whose checks were all exempt is still ok and says so; older lines without the keys still parse.
+TEST(Profile, ParsesChecksExemptAndNamesTheFailingDistribution) {
+  Measurement both = parse_harness_output(
+      {0, false,
+       "device: Fake GPU (sm_90, 132 SMs, L2 50 MB)\n"
+       "check seed=1 dist=uniform output=Y err=1.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "check seed=2 dist=normal1 output=Y err=2.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "KILN_RESULT name=a ok=1 err=2.000e-05 us=4.50 calls=20 copies=4 checks=2 exempt=0\n"});
+  EXPECT_TRUE(both.ok());
+  EXPECT_EQ(both.checks, 2);
+  EXPECT_EQ(both.exempt, 0);
+  EXPECT_DOUBLE_EQ(both.err, 2e-5);
+
+  // Fails on normal inputs only (e.g. exp(QK^T) in f16): a mismatch naming dist and output.
+  Measurement normal = parse_harness_output(
+      {1, false,
+       "check seed=1 dist=uniform output=Y err=1.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "check seed=1 dist=uniform output=Z err=1.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "check seed=2 dist=normal1 output=Y err=1.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "check seed=2 dist=normal1 output=Z err=inf tol=5.0e-03 nonfinite=12 FAIL\n"
+       "KILN_RESULT name=a ok=0 err=inf us=4.50 calls=20 copies=4 checks=2 exempt=0\n"});
+  EXPECT_EQ(normal.status, ProfileStatus::Mismatch);
+  EXPECT_NE(normal.error.find("output Z"), std::string::npos) << normal.error;
+  EXPECT_NE(normal.error.find("normal1 inputs"), std::string::npos) << normal.error;
+  EXPECT_NE(normal.error.find("seed 2"), std::string::npos) << normal.error;
+  EXPECT_NE(normal.error.find("12 non-finite"), std::string::npos) << normal.error;
+  EXPECT_EQ(normal.error.find("in all"), std::string::npos) << normal.error;
+
+  // Fails on uniform inputs (and more): the first failure is named, the rest counted.
+  Measurement uniform = parse_harness_output(
+      {1, false,
+       "check seed=1 dist=uniform output=Y err=3.000e-01 tol=5.0e-03 nonfinite=0 FAIL\n"
+       "check seed=2 dist=normal1 output=Y err=4.000e-01 tol=5.0e-03 nonfinite=0 FAIL\n"
+       "KILN_RESULT name=a ok=0 err=4.000e-01 us=4.50 calls=20 copies=4 checks=2 exempt=0\n"});
+  EXPECT_EQ(uniform.status, ProfileStatus::Mismatch);
+  EXPECT_NE(uniform.error.find("output Y"), std::string::npos) << uniform.error;
+  EXPECT_NE(uniform.error.find("uniform inputs (seed 1: rel err 3.000e-01 > tol 5.0e-03)"),
+            std::string::npos)
+      << uniform.error;
+  EXPECT_NE(uniform.error.find("2 failing"), std::string::npos) << uniform.error;
+
+  // An exempt check neither passes nor fails; a run with only exempt checks is ok, unchecked.
+  Measurement part = parse_harness_output(
+      {0, false,
+       "check seed=1 dist=uniform output=Y err=1.000e-05 tol=5.0e-03 nonfinite=0 ok\n"
+       "check seed=2 dist=normal1 output=Y err=inf tol=5.0e-03 nonfinite=3 exempt\n"
+       "exempt seed=2 dist=normal1: the float64 reference leaves the f32 range (5 values beyond "
+       "FLT_MAX or not finite); this check neither passes nor fails\n"
+       "KILN_RESULT name=a ok=1 err=1.000e-05 us=4.50 calls=20 copies=4 checks=2 exempt=1\n"});
+  EXPECT_TRUE(part.ok()) << part.error;
+  EXPECT_EQ(part.exempt, 1);
+  Measurement all = parse_harness_output(
+      {0, false,
+       "check seed=1 dist=uniform output=Y err=inf tol=5.0e-03 nonfinite=3 exempt\n"
+       "check seed=2 dist=normal1 output=Y err=inf tol=5.0e-03 nonfinite=3 exempt\n"
+       "all 2 checks exempt: nothing was checked\n"
+       "KILN_RESULT name=a ok=1 err=nan us=4.50 calls=20 copies=4 checks=2 exempt=2\n"});
+  EXPECT_TRUE(all.ok()) << all.error;
+  EXPECT_EQ(all.checks, 2);
+  EXPECT_EQ(all.exempt, 2);
+  EXPECT_EQ(all.err, -1);  // no check counted: no error to report
+  // An older harness: no keys, no dist (its checks were uniform); unknown keys are ignored.
+  Measurement old = parse_harness_output(
+      {1, false,
+       "check seed=1 output=Y err=3.000e-01 tol=5.0e-03 nonfinite=0 FAIL\n"
+       "KILN_RESULT name=a ok=0 err=3.000e-01 us=4.50 calls=20 copies=4 future=7\n"});
+  EXPECT_EQ(old.status, ProfileStatus::Mismatch);
+  EXPECT_EQ(old.checks, -1);
+  EXPECT_EQ(old.exempt, -1);
+  EXPECT_NE(old.error.find("output Y differs from the float64 reference of the spec on uniform"),
+            std::string::npos)
+      << old.error;
+}
+
+// profile_candidates and kiln bench ask every harness for at least two checks, so each candidate
+// meets uniform and normal std-1 inputs.
+TEST(Profile, RunHarnessAsksForBothDistributions) {
+  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "two_checks";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (int asked : {0, 1, 2, 5}) {
+    HarnessRun hr;
+    hr.checks = asked;
+    std::string seen;
+    hr.runner = [&](const std::string& cmd, double) {
+      seen = cmd;
+      return ProcessResult{0, false, "KILN_RESULT name=a ok=1 err=0 us=1 calls=1 copies=1"};
+    };
+    EXPECT_TRUE(run_harness(dir.string(), hr).ok());
+    EXPECT_NE(seen.find(" --checks " + std::to_string(std::max(asked, 2)) + " "), std::string::npos)
+        << seen;
+  }
+  EXPECT_GE(HarnessRun{}.checks, 2);
+}
+
 TEST(Profile, RunProcessCapturesOutputAndKillsOnTimeout) {
   ProcessResult r = run_process("echo out; echo err >&2; exit 3", 10);
   EXPECT_EQ(r.exit_code, 3);

@@ -40,7 +40,7 @@ std::string emit_cuda(const KernelGraph& g, const Schedule& s, const EmitOptions
 struct HarnessOptions {
   EmitOptions emit;
   uint64_t seed = 1;            // first check's seed (the documented generator, interp.h)
-  int checks = 2;               // correctness checks, seeds seed, seed + 1, ...
+  int checks = 2;               // correctness checks, seeds seed, seed + 1, ... (at least 2)
   int repeats = 30;             // timed graph replays; the median is reported
   int min_calls = 20;           // calls per captured graph (at least one full input rotation)
   int64_t l2_bytes = 50 << 20;  // input copies rotate over more than twice this
@@ -50,10 +50,17 @@ struct HarnessOptions {
 // reference built from `spec` (simple generic kernels, one per predefined op), inputs from the
 // documented seeded generator, a check of every output against the spec tolerance (outputs
 // poisoned with NaN first), and CUDA-graph timing with inputs rotating through enough copies to
-// defeat L2. Prints one line per run:
-//   KILN_RESULT name=NAME ok=0|1 err=MAX_REL_ERR us=MEDIAN_US calls=N copies=C
-// and exits 1 on a mismatch, 2 on a CUDA error. Arguments: --check-only, --seed S, --repeats R.
-// candidate and spec must have the same inputs and outputs (shapes, dtypes, order).
+// defeat L2. Check c (seed + c) draws uniform inputs when c is even and normal inputs of std 1
+// when c is odd (the spec's range rule); `--input-std S` makes every check use std S (0:
+// uniform). A check on which the float64 reference leaves the f32 range (an intermediate beyond
+// FLT_MAX or not finite) is exempt: it neither passes nor fails. The default number of checks is
+// max(opt.checks, 2), and exactly 2 where the reference's matmuls are big. Prints one line per
+// check and output, `check seed=S dist=uniform|normal1 output=O err=E tol=T nonfinite=N
+// ok|FAIL|exempt`, then
+//   KILN_RESULT name=NAME ok=0|1 err=MAX_REL_ERR us=MEDIAN_US calls=N copies=C checks=K exempt=X
+// (err is nan when every check was exempt) and exits 1 on a mismatch, 2 on a CUDA error.
+// Arguments: --check-only, --no-check, --kernel-only, --seed S, --repeats R, --checks C,
+// --input-std S. candidate and spec must have the same inputs and outputs (shapes, dtypes, order).
 std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
                          const HarnessOptions& opt = {});
 

@@ -4,10 +4,11 @@
 // machine with nvcc and a GPU, profile_candidates() takes the model's top candidates plus,
 // always, the spec's own kernel graph (deduplicated by fingerprint), emits each one's GPU harness
 // (codegen/emit.h: emit_harness), compiles them with nvcc in parallel, runs them one at a time
-// (one correctness check against the float64 reference of the spec, then CUDA-graph timing) and
-// parses each harness's KILN_RESULT line. Candidates that ran and matched are ranked by measured
-// median time; a candidate that failed to compile, to run or to match is never the winner, and a
-// candidate that fails the GPU check is reported as the bug it is (every candidate was verified).
+// (two correctness checks against the float64 reference of the spec, on uniform and on normal
+// std-1 inputs, then CUDA-graph timing) and parses each harness's output. Candidates that ran and
+// matched are ranked by measured median time; a candidate that failed to compile, to run or to
+// match is never the winner, and a candidate that fails the GPU check is reported as the bug it is
+// (every candidate was verified).
 //
 // Commands run through a ProcessRunner, so tests substitute a fake nvcc or a fake runner.
 #pragma once
@@ -71,7 +72,9 @@ const char* profile_status_name(ProfileStatus s);
 struct Measurement {
   ProfileStatus status = ProfileStatus::NotRun;
   double us = -1;       // measured median µs per call (valid when status is Ok)
-  double err = -1;      // max relative error of the check (when reported)
+  double err = -1;      // max relative error of the checks that counted (when reported)
+  int checks = -1;      // checks run (when reported)
+  int exempt = -1;      // of which exempt: the reference leaves the f32 range (when reported)
   std::string error;    // why it failed, one line (empty when Ok)
   std::string device;   // the device the harness ran on (its "device:" line)
   std::string harness;  // the emitted .cu
@@ -84,7 +87,9 @@ struct HarnessRun {
   Arch arch = Arch::Sm90a;
   uint64_t seed = 1;
   int repeats = 20;  // timed graph replays (the harness's median)
-  int checks = 1;    // correctness checks (seeds seed, seed + 1, ...)
+  // Correctness checks: check c uses seed + c, uniform inputs when c is even and normal std 1
+  // when c is odd. run_harness asks for at least 2, so every candidate meets both distributions.
+  int checks = 2;
   double compile_timeout_s = 600, run_timeout_s = 120;
   ProcessRunner runner;  // default run_process
 };
@@ -94,7 +99,10 @@ struct HarnessRun {
 Measurement compile_harness(const std::string& dir, const HarnessRun& opt);
 // Runs dir/harness and parses its output (kept in dir/run.log).
 Measurement run_harness(const std::string& dir, const HarnessRun& opt);
-// Parses a harness's output and exit status into a measurement (exposed for tests).
+// Parses a harness's output and exit status into a measurement (exposed for tests). On a
+// mismatch, m.error names the first failing check's output, input distribution and seed (from
+// the harness's `check` lines) and how many checks failed. Keys it does not know are ignored;
+// checks= and exempt= are optional (older harnesses print neither).
 Measurement parse_harness_output(const ProcessResult& r);
 
 // ---- the profiling pass ----------------------------------------------------------------------
