@@ -740,12 +740,15 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   auto tv = Clock::now();
   bool have_winner = false;
   int float_failures = 0;
+  double float_failure_s = 0, float_check_s = 0;
   for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
-    // Each float check costs up to seconds: after 16 failures with nothing ranked, stop looking
-    // (what remains is not checked, so it is not ranked either).
-    if (!have_winner && float_failures >= 16) {
-      st.pruned["not checked (16 float-check failures)"]++;
+    // Each float check costs up to seconds. With nothing ranked, failing candidates are checked
+    // until their checks have taken half the time limit (at least 10 s) or 256 have failed; then
+    // the search stops looking (what remains is not checked, so it is not ranked either).
+    if (!have_winner &&
+        (float_failures >= 256 || float_failure_s >= std::max(10.0, 0.5 * config.time_limit_s))) {
+      st.pruned["not float-checked (failure budget spent)"]++;
       continue;
     }
     if (have_winner && Clock::now() >= sh.deadline) {
@@ -778,11 +781,19 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     } else {
       line = "not verified (verification off)";
     }
-    if (config.float_check && (!have_winner || unbounded || c.is_spec)) {
+    // The first candidate ranked, the spec, and unbounded verdicts are always float-checked;
+    // the rest of the top K while the float checks have taken less than the budget (ranked
+    // unchecked past it, marked so: the profiler's GPU check is then their check).
+    const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
+    if (config.float_check &&
+        (!have_winner || unbounded || c.is_spec || float_check_s < float_budget_s)) {
       verifier::FloatCheck fc = verifier::float_check(
           spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
+      float_check_s += fc.seconds;
+      c.float_checked = !fc.skipped;
       if (!fc.ok) {
         ++float_failures;
+        float_failure_s += fc.seconds;
         c.verified = false;
         c.verdict = line + "; float check FAILED: " + fc.failures();
         ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", fc.summary(),
@@ -807,6 +818,8 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
         res.rejected.push_back(std::move(c));
         continue;
       }
+    } else if (config.float_check) {
+      line += "; float check not run (time budget): the GPU check must vouch for it";
     }
     c.verdict = line;
     if (!c.is_spec && config.verify) {
@@ -839,6 +852,7 @@ nlohmann::json result_to_json(const SearchResult& r, bool with_graphs) {
                         {"time_us", c.cost.time * 1e6},
                         {"cost", cost_to_json(c.cost)},
                         {"verified", c.verified},
+                        {"float_checked", c.float_checked},
                         {"verdict", c.verdict},
                         {"is_spec", c.is_spec},
                         {"rewrites", c.rewrites},
@@ -889,6 +903,7 @@ SearchResult result_from_json(const nlohmann::json& j) {
     k.cost = estimate_cost(k.graph, target_for(k.graph.arch));
     k.fingerprint = c.at("fingerprint").get<std::string>();
     k.verified = c.at("verified").get<bool>();
+    k.float_checked = c.value("float_checked", false);
     k.verdict = c.at("verdict").get<std::string>();
     k.is_spec = c.at("is_spec").get<bool>();
     k.rewrites = c.at("rewrites").get<std::vector<std::string>>();

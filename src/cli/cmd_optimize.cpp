@@ -325,10 +325,16 @@ void add_optimize(CLI::App& app) {
                      : (std::string(search::profile_status_name(p.m.status)) + ": " + p.m.error)
                            .c_str());
       for (const search::ProfiledCandidate* p : prof_res->mismatches())
-        std::fprintf(stderr,
-                     "kiln: BUG: model #%d (%s) passed the verifier but FAILED the GPU check: "
-                     "%s\n",
-                     p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
+        if (p->candidate.float_checked)
+          std::fprintf(stderr,
+                       "kiln: BUG: model #%d (%s) passed the verifier and the float check but "
+                       "FAILED the GPU check: %s\n",
+                       p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
+        else
+          std::fprintf(stderr,
+                       "kiln: model #%d (%s), not float-checked on the CPU, FAILED the GPU check "
+                       "and is not shipped: %s\n",
+                       p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
     }
     std::fprintf(stderr, "kiln: best: %d kernel(s), %.2f us modeled%s (spec %s); %s\n",
                  best.graph.num_kernels(), best.cost.time * 1e6,

@@ -329,9 +329,13 @@ TEST(Scaling, CountsStayFullSizeAndNoConstantIsReinterpreted) {
   EXPECT_TRUE(sp.scaled);
   // The scaled mean still divides by 4096; the constant is untouched.
   for (const KernelOp& op : sp.a.ops)
-    if (op.kind == OpKind::Mean) EXPECT_EQ(op.attrs.count, 4096);
+    if (op.kind == OpKind::Mean) {
+      EXPECT_EQ(op.attrs.count, 4096);
+    }
   for (const KernelOp& op : sp.b.ops)
-    if (op.kind == OpKind::Constant) EXPECT_EQ(op.attrs.value, 1.0 / 4096);
+    if (op.kind == OpKind::Constant) {
+      EXPECT_EQ(op.attrs.value, 1.0 / 4096);
+    }
 }
 
 // A mean taken per 128-wide tile (a block-level mean, count 128) and then scaled by 1/32 over

@@ -44,6 +44,8 @@ struct OperandRounding {
 };
 
 struct EvalOptions {
+  // `{precision, threads}` stays the short spelling; the rest is set by name.
+  EvalOptions(Precision p = Precision::F64, int t = 0) : precision(p), threads(t) {}
   Precision precision = Precision::F64;
   int threads = 0;                                // 0: all cores
   std::vector<OperandRounding> operand_rounding;  // F32 only

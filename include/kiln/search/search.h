@@ -93,8 +93,9 @@ struct Candidate {
   std::vector<std::string> rewrites;  // the variant's rewrites
   bool is_spec = false;
   bool verified = false;
-  std::string verdict;  // one line
-  int64_t state = -1;   // trace id
+  bool float_checked = false;  // passed the float check that predicts the GPU (float_model.h)
+  std::string verdict;         // one line
+  int64_t state = -1;          // trace id
 };
 
 // What the profiler tells apart and the model barely does: the grid, threads and iterations
@@ -105,8 +106,9 @@ std::vector<int64_t> launch_shape(const Candidate& c);
 struct SearchResult {
   StopReason stop = StopReason::Exhausted;
   SearchStats stats;
-  // Verified; never empty. The cheapest of each launch shape in cost order, then the others in
-  // cost order (best() is the model's cheapest).
+  // Verified and (the first, the spec and unbounded verdicts always) float-checked; empty when
+  // every candidate failed a check. The cheapest of each launch shape in cost order, then the
+  // others in cost order (best() is the model's cheapest).
   std::vector<Candidate> ranked;
   std::vector<Candidate> rejected;  // failed the verifier or the float check
   bool from_cache = false;
