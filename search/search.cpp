@@ -600,6 +600,85 @@ std::vector<int64_t> launch_shape(const Candidate& c) {
   return shape;
 }
 
+CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
+                               bool float_check) {
+  CandidateCheck r;
+  bool unbounded = false;
+  std::string line;
+  c.verified = false;
+  c.float_checked = false;
+  if (!c.is_spec && config.verify) {
+    verifier::VerifyOptions vo;
+    vo.seed = config.seed;
+    vo.threads = config.threads;
+    verifier::Verdict v;
+    try {
+      v = verifier::verify(spec, c.graph, vo);
+    } catch (const UserError& e) {  // another interface (a damaged or foreign cache entry)
+      c.verdict = std::string("not comparable with the spec: ") + e.what();
+      r.failed_check = "verifier";
+      r.detail = c.verdict;
+      return r;
+    }
+    unbounded = v.equivalent() && !v.bounded();
+    line = unbounded
+               ? fmt::format("equivalent, unbounded: selections matter ({} trials{})", v.trials,
+                             v.scaled ? ", scaled" : "")
+               : fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome),
+                             v.bound, v.trials, v.scaled ? ", scaled" : "");
+    if (!v.equivalent()) {
+      c.verdict = line;
+      r.failed_check = "verifier";
+      r.detail = line;
+      return r;
+    }
+  } else if (c.is_spec) {
+    line = "the spec itself";
+  } else {
+    line = "not verified (verification off)";
+  }
+  if (config.float_check && (float_check || unbounded)) {
+    verifier::FloatCheck fc = verifier::float_check(
+        spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
+    r.float_seconds = fc.seconds;
+    if (!fc.ok) {
+      c.verdict = line + "; float check FAILED: " + fc.failures();
+      r.failed_check = "float_check";
+      r.detail = fc.summary();
+      return r;
+    }
+    line += fc.skipped ? "; float check skipped (too costly on the CPU)"
+                       : fmt::format("; float check ok ({}{}{})",
+                                     unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
+                                     fc.exempt.empty() ? "" : "; exempt: ",
+                                     fmt::format("{}", fmt::join(fc.exempt, ", ")));
+    // An unbounded verdict stands only on a float check that ran.
+    if (unbounded && fc.skipped) {
+      c.verdict = line;
+      r.failed_check = "float_check";
+      r.detail = line;
+      return r;
+    }
+    c.float_checked = !fc.skipped;
+  } else if (config.float_check) {
+    line += "; float check not run (time budget): the GPU check must vouch for it";
+  }
+  c.verdict = line;
+  c.verified = c.is_spec || config.verify;  // the spec is its own proof
+  r.passed = true;
+  return r;
+}
+
+int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig& config) {
+  int failed = 0;
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    Candidate& c = r.ranked[i];
+    const bool float_too = i == 0 || c.is_spec || c.float_checked;
+    if (!check_candidate(spec, c, config, float_too).passed) ++failed;
+  }
+  return failed;
+}
+
 SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, TraceWriter* trace,
                         const ProgressFn& progress) {
   Shared sh;
@@ -755,75 +834,22 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
       break;
     }
-    bool unbounded = false;
-    std::string line;
-    if (!c.is_spec && config.verify) {
-      verifier::VerifyOptions vo;
-      vo.seed = config.seed;
-      vo.threads = config.threads;
-      verifier::Verdict v = verifier::verify(spec, c.graph, vo);
-      unbounded = v.equivalent() && !v.bounded();
-      line = unbounded
-                 ? fmt::format("equivalent, unbounded: selections matter ({} trials{})", v.trials,
-                               v.scaled ? ", scaled" : "")
-                 : fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome),
-                               v.bound, v.trials, v.scaled ? ", scaled" : "");
-      if (!v.equivalent()) {
-        c.verdict = line;
-        ev(c.state, parent_of[c.state], "candidate", "rejected", "verifier", line,
-           c.cost.time * 1e6);
-        st.rejected++;
-        res.rejected.push_back(std::move(c));
-        continue;
-      }
-    } else if (c.is_spec) {
-      line = "the spec itself";
-    } else {
-      line = "not verified (verification off)";
-    }
     // The first candidate ranked, the spec, and unbounded verdicts are always float-checked;
     // the rest of the top K while the float checks have taken less than the budget (ranked
     // unchecked past it, marked so: the profiler's GPU check is then their check).
     const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
-    if (config.float_check &&
-        (!have_winner || unbounded || c.is_spec || float_check_s < float_budget_s)) {
-      verifier::FloatCheck fc = verifier::float_check(
-          spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
-      float_check_s += fc.seconds;
-      c.float_checked = !fc.skipped;
-      if (!fc.ok) {
-        ++float_failures;
-        float_failure_s += fc.seconds;
-        c.verified = false;
-        c.verdict = line + "; float check FAILED: " + fc.failures();
-        ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", fc.summary(),
-           c.cost.time * 1e6);
-        st.rejected++;
-        res.rejected.push_back(std::move(c));
-        continue;
-      }
-      line += fc.skipped
-                  ? "; float check skipped (too costly on the CPU)"
-                  : fmt::format("; float check ok ({}{}{})",
-                                unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
-                                fc.exempt.empty() ? "" : "; exempt: ",
-                                fmt::format("{}", fmt::join(fc.exempt, ", ")));
-      // An unbounded verdict stands only on a float check that ran.
-      if (unbounded && fc.skipped) {
-        c.verified = false;
-        c.verdict = line;
-        ev(c.state, parent_of[c.state], "candidate", "rejected", "float_check", line,
-           c.cost.time * 1e6);
-        st.rejected++;
-        res.rejected.push_back(std::move(c));
-        continue;
-      }
-    } else if (config.float_check) {
-      line += "; float check not run (time budget): the GPU check must vouch for it";
+    CandidateCheck chk = check_candidate(
+        spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s);
+    float_check_s += chk.float_seconds;
+    if (!chk.passed) {
+      if (chk.failed_check == "float_check") ++float_failures, float_failure_s += chk.float_seconds;
+      ev(c.state, parent_of[c.state], "candidate", "rejected", chk.failed_check.c_str(), chk.detail,
+         c.cost.time * 1e6);
+      st.rejected++;
+      res.rejected.push_back(std::move(c));
+      continue;
     }
-    c.verdict = line;
     if (!c.is_spec && config.verify) {
-      c.verified = true;
       st.verified++;
       ev(c.state, parent_of[c.state], "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
       if (st.time_first_valid_s < 0) st.time_first_valid_s = sh.elapsed();

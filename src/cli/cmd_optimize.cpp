@@ -157,6 +157,18 @@ void add_optimize(CLI::App& app) {
     std::optional<search::SearchResult> cached;
     // A trace needs a real run.
     if (!no_cache && trace_file.empty()) cached = search::cache_load(dir, key);
+    if (cached) {
+      // Never trust the file: check its candidates again (milliseconds for the verifier, the
+      // float check of the winner as the search ran it).
+      int bad = search::recheck_cached(spec, *cached, cfg);
+      if (bad > 0 || cached->ranked.empty()) {
+        std::fprintf(stderr,
+                     "kiln: %s: cached result %s in %s failed its checks again (%d candidate(s)): "
+                     "ignoring it and searching\n",
+                     spec.name.c_str(), key.c_str(), dir.c_str(), bad);
+        cached.reset();
+      }
+    }
     search::SearchResult res;
     if (cached) {
       res = std::move(*cached);
@@ -179,8 +191,10 @@ void add_optimize(CLI::App& app) {
         };
       res = search::run_search(spec, cfg, tw.get(), progress);
       if (tty) std::fprintf(stderr, "\n");
-      // A result with nothing to ship is not worth keeping: the next run searches again.
-      if (!no_cache && !res.ranked.empty()) search::cache_store(dir, key, res);
+      // A result with nothing to ship is not worth keeping: the next run searches again. A traced
+      // run is slower (it explores less in the same time), so it never writes the cache.
+      if (!no_cache && trace_file.empty() && !res.ranked.empty())
+        search::cache_store(dir, key, res);
     }
     std::filesystem::create_directories(out_dir + "/candidates");
     // Never ship what failed a check: with nothing ranked, keep the rejected μGraphs for

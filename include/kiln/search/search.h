@@ -129,6 +129,24 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config,
 
 // JSON for report.json and the cache: the stop reason, statistics and every candidate's cost and
 // verdict (graphs included when with_graphs).
+// What ranking asks of one candidate: the verifier's verdict (the spec is its own proof) and,
+// when `float_check` (or the verdict is unbounded), the float check that predicts the GPU
+// (float_model.h). Sets c.verdict, c.verified and c.float_checked. `failed_check` is
+// "verifier" or "float_check" when !passed; `detail` says why.
+struct CandidateCheck {
+  bool passed = false;
+  std::string failed_check, detail;
+  double float_seconds = 0;
+};
+CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
+                               bool float_check);
+
+// A result read from the cache is checked again before use, as the search checked it (the
+// verifier for every ranked candidate; the float check for the first, the spec and those that
+// had one): a cache file can be edited, damaged or copied under another key. Returns how many
+// candidates failed; the caller then searches again instead of using the entry.
+int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig& config);
+
 nlohmann::json result_to_json(const SearchResult& r, bool with_graphs);
 SearchResult result_from_json(const nlohmann::json& j);
 
