@@ -47,7 +47,9 @@ void add_eval(CLI::App& app) {
                   "f64: exact reference semantics; f32: float arithmetic, stores rounded to dtype")
       ->check(CLI::IsMember({"f32", "f64"}))
       ->capture_default_str();
-  cmd->add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", threads, "worker threads (0: all cores)")
+      ->check(thread_count())
+      ->capture_default_str();
   cmd->callback([] {
     KernelGraph g = load_graph_file(file);
     auto t0 = std::chrono::steady_clock::now();

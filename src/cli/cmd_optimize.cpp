@@ -102,14 +102,14 @@ void add_optimize(CLI::App& app) {
       ->check(seconds)
       ->capture_default_str();
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(thread_count())
       ->capture_default_str();
   cmd->add_option("--target", target, "GPU target")
       ->check(CLI::IsMember({"sm_90a", "sm_80"}))
       ->capture_default_str();
   cmd->add_option("--trace", trace_file, "write a JSON Lines trace of the search here");
   cmd->add_option("--top", top, "verified candidates to keep")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 1000, "candidates"))
       ->capture_default_str();
   cmd->add_option("--seed", seed, "verifier seed")->capture_default_str();
   auto* c = cmd->add_option("--cache", cache_dir, "cache directory (default: ~/.cache/kiln)");
@@ -125,7 +125,7 @@ void add_optimize(CLI::App& app) {
   cmd->add_flag("--no-profile", no_profile, "rank by the cost model only")->excludes(prof);
   cmd->add_option("--nvcc", nvcc, "nvcc for profiling (default: $CUDACXX, PATH, /usr/local/cuda)");
   cmd->add_option("--profile-repeats", profile_repeats, "timed replays per profiled candidate")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 100000, "replays"))
       ->capture_default_str();
   cmd->callback([] {
     KernelGraph spec = parse_spec_file(file);

@@ -18,7 +18,9 @@ void add_trace(CLI::App& app) {
       ->check(CLI::IsMember({"summary", "top", "why", "tree"}))
       ->capture_default_str();
   cmd->add_option("ARG", args, "K for top, ID for why");
-  cmd->add_option("--depth", depth, "tree depth")->capture_default_str();
+  cmd->add_option("--depth", depth, "tree depth")
+      ->check(whole_number(0, 10000, "levels"))
+      ->capture_default_str();
   cmd->callback([] {
     std::vector<search::TraceEvent> es = search::read_trace(file);
     std::string out;

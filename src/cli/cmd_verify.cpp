@@ -27,6 +27,7 @@ void add_verify(CLI::App& app) {
   cmd->add_option("B", file_b, "spec or μGraph JSON file")->required();
   cmd->add_option("--trials", trials,
                   "finite-field trials (0: enough for a false-positive bound below 2^-60)")
+      ->check(whole_number(0, 10000, "trials"))
       ->capture_default_str();
   cmd->add_option("--seed", seed, "base seed of the trials")->capture_default_str();
   cmd->add_flag(
@@ -48,7 +49,9 @@ void add_verify(CLI::App& app) {
           "STD"));
   cmd->add_flag("--no-scale", no_scale,
                 "no scaled instance (output rows are still sampled when the graphs are too big)");
-  cmd->add_option("--threads", threads, "worker threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", threads, "worker threads (0: all cores)")
+      ->check(thread_count())
+      ->capture_default_str();
   cmd->callback([] {
     KernelGraph a = load_graph_file(file_a), b = load_graph_file(file_b);
     verifier::VerifyOptions opt;

@@ -15,6 +15,12 @@ void add_trace(CLI::App& app);
 void add_emit(CLI::App& app);
 void add_bench(CLI::App& app);
 
+// An integer option's check: a whole number in [lo, hi] (CLI11's own checks let 2^31 threads or
+// 2·10^9 trials through, which crashed or hung). `what` names the unit in the message.
+CLI::Validator whole_number(long long lo, long long hi, const char* what);
+// Worker threads: 0 (all cores) to 1024.
+CLI::Validator thread_count();
+
 // Set by a subcommand whose outcome is a negative answer rather than an error (e.g. verify
 // finding a difference): main() exits with it after a successful parse.
 int& exit_status();

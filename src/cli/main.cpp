@@ -1,8 +1,13 @@
 // The kiln command line: a straight-line driver over the library layers. Exit status: 0 on
 // success, 2 on invalid input (bad arguments, a malformed spec or μGraph), 1 on any other
 // failure.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <new>
+
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "kiln/ir/diag.h"
@@ -13,6 +18,23 @@ int& exit_status() {
   static int status = 0;
   return status;
 }
+
+CLI::Validator whole_number(long long lo, long long hi, const char* what) {
+  return CLI::Validator(
+      [lo, hi, what](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        long long x = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || end == v.c_str() || *end != 0 || errno == ERANGE || x < lo || x > hi)
+          return fmt::format("must be a whole number of {} in [{}, {}], got {}", what, lo, hi, v);
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator thread_count() {
+  return whole_number(0, 1024, "threads (0: all cores)");
+}
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -22,7 +44,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
   app.footer(
-      "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU).\n"
+      "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU; verify: 3\n"
+      "equivalent but unbounded, an output depends on what a selection selects).\n"
       "Run `kiln COMMAND --help` for a command's options.");
   kiln::cli::add_show(app);
   kiln::cli::add_eval(app);
@@ -47,6 +70,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const kiln::InternalError& e) {
     std::fprintf(stderr, "kiln: %s\nThis is a bug in Kiln; please report it.\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "kiln: out of memory (the graph's tensors, the search state or the interpreter's "
+                 "values did not fit); try smaller shapes, fewer --threads or a shorter "
+                 "--time-limit\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kiln: %s\n", e.what());

@@ -404,3 +404,31 @@ TEST(Cli, EmitNeedsNoSourceTree) {
   EXPECT_NE(ha.find(slurp(std::string(KILN_SOURCE_DIR) + "/codegen/kiln_rng.h")),
             std::string::npos);
 }
+
+namespace {
+
+// Issue 21: every numeric option has a range; out of it is exit 2 with the option's name, never
+// a crash or a hang (2^31 threads crashed in the task arena; 2·10^9 trials printed a bogus
+// verdict).
+TEST(Cli, NumericOptionsHaveRangesAndSayWhich) {
+  const std::string lora = example("lora.json"), mg = example("lora.mugraph.json");
+  const std::string out = std::string(KILN_BINARY_DIR) + "/cli_ranges";
+  for (const std::string& args :
+       {"verify " + lora + " " + mg + " --threads 2147483647",
+        "verify " + lora + " " + mg + " --threads 100000",
+        "verify " + lora + " " + mg + " --threads -3",
+        "verify " + lora + " " + mg + " --trials 2000000000",
+        "verify " + lora + " " + mg + " --trials 1.5", "eval " + lora + " --threads 99999",
+        "optimize " + lora + " -o " + out + " --threads 2147483647 --no-profile",
+        "optimize " + lora + " -o " + out + " --top 100000 --no-profile",
+        "bench " + mg + " --spec " + lora + " --repeats 0"}) {
+    KilnRun r = kiln(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("must be a whole number"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(kiln("verify " + lora + " " + mg + " --threads 2 --trials 4").status, 0);
+}
+
+}  // namespace
