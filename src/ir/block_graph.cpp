@@ -73,6 +73,19 @@ BlockGraphBuilder::BlockGraphBuilder(std::vector<int64_t> grid, int block_thread
   for (size_t i = 0; i < loop.size(); ++i)
     if (loop[i] < 1 || loop[i] > (int64_t(1) << 31))
       user_error(ErrorCode::Structure, "loop dim {} has range {}; it must be positive", i, loop[i]);
+  // Sanity bounds (docs/mugraph-format.md): every evaluation walks every block and iteration, so
+  // a loop of 2^31 iterations over a tiny tile is a valid-looking graph that takes days.
+  double iters = 1, blocks = 1;  // products of up to three 2^31 ranges: double, not int64
+  for (int64_t l : loop) iters *= static_cast<double>(l);
+  for (int64_t b : grid) blocks *= static_cast<double>(b);
+  if (iters > double(kMaxLoopIterations))
+    throw UserError(ErrorCode::Structure,
+                    fmt::format("the for-loop runs {:.0f} iterations per block", iters),
+                    fmt::format("at most {} (2^24) iterations per block", kMaxLoopIterations));
+  if (blocks * iters > double(kMaxBlockIterations))
+    throw UserError(
+        ErrorCode::Structure, fmt::format("{:.0f} blocks x {:.0f} iterations", blocks, iters),
+        fmt::format("at most {} (2^36) block iterations in one kernel", kMaxBlockIterations));
   for (const TensorDesc& t : inputs)
     if (t.shape.size() > static_cast<size_t>(kMaxRank) || numel(t.shape) <= 0)
       user_error(ErrorCode::Shape, "block graph input {} has invalid shape {}", t.name,

@@ -408,6 +408,30 @@ TEST(MugraphJsonErrors, StructureAndStageMisuse) {
   expect_error(j, ErrorCode::Structure, "kernels[0].block_ops[5]");
 }
 
+// Issue 21: a valid-looking loop of 2^31 iterations over a tiny tile (45 hours in the
+// interpreter) is refused as not sane, with the kernel's JSON path.
+TEST(MugraphJsonErrors, LoopAndGridProductsAreBounded) {
+  json j = json::parse(R"({
+    "format": "mugraph/1", "name": "spin",
+    "inputs": [{"name": "X", "shape": [4, 4], "dtype": "f16"}],
+    "kernels": [{"name": "k", "op": "graph_defined", "inputs": ["X"], "grid": [1],
+                 "loop": [2147483647],
+                 "block_ops": [
+                   {"name": "x", "op": "input", "input": "X", "imap": [-1], "fmap": [-1]},
+                   {"name": "a", "op": "accum_sum", "inputs": ["x"]},
+                   {"name": "s", "op": "output", "inputs": ["a"], "output": "Y", "dtype": "f32",
+                    "omap": [-1], "fmap": [-1]}]}],
+    "outputs": ["Y"]})");
+  expect_error(j, ErrorCode::Structure, "kernels[0]", "2^24");
+  j["kernels"][0]["loop"] = json::array({4096, 4096, 2});
+  expect_error(j, ErrorCode::Structure, "kernels[0]", "2^24");
+  j["kernels"][0]["loop"] = json::array({4096});
+  EXPECT_NO_THROW(mugraph_from_json(j));
+  j["kernels"][0]["loop"] = json::array({1 << 24});
+  j["kernels"][0]["grid"] = json::array({1 << 14});
+  expect_error(j, ErrorCode::Structure, "kernels[0]", "2^36");
+}
+
 TEST(MugraphJsonErrors, SharedMemoryOverTheTarget) {
   json j = json::parse(R"({
     "format": "mugraph/1", "name": "big", "target": "sm_80",

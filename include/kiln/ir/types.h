@@ -18,6 +18,10 @@ int dtype_bytes(DType t);
 // Largest tensor we accept (elements). Bounds allocation whatever a file says.
 inline constexpr int64_t kMaxElements = int64_t(1) << 40;
 inline constexpr int kMaxRank = 4;
+// A block graph's loop iterations per block, and blocks x iterations of one kernel: beyond these a
+// graph is rejected as not sane (every evaluation walks every block and iteration).
+inline constexpr int64_t kMaxLoopIterations = int64_t(1) << 24;
+inline constexpr int64_t kMaxBlockIterations = int64_t(1) << 36;
 
 // A shape: up to 4 positive extents (block tiles and kernel tensors alike); [] is a scalar.
 using Shape = std::vector<int64_t>;
