@@ -10,8 +10,10 @@
 // so a cached search result is profiled again on every run.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -37,6 +39,36 @@ std::string pruned_str(const std::map<std::string, int64_t>& m) {
 }
 
 constexpr int kDefaultProfileK = 8;
+
+// -o must name a directory Kiln can write: created here if missing, and probed with a file, so
+// that a bad path fails in a second with a hint instead of after the search (and "" never means
+// the filesystem root).
+void check_output_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty())
+    throw UserError(ErrorCode::Io, "-o is empty", "name the output directory, e.g. -o out/NAME");
+  std::error_code ec;
+  fs::file_status st = fs::symlink_status(dir, ec);
+  if (fs::is_symlink(st) && !fs::exists(dir, ec))
+    throw UserError(ErrorCode::Io, fmt::format("-o {}: a dangling symbolic link", dir),
+                    "remove the link or point it at a directory");
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw UserError(ErrorCode::Io, fmt::format("-o {}: exists and is not a directory", dir),
+                    "kiln optimize writes several files there: give a directory");
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw UserError(ErrorCode::Io, fmt::format("-o {}: cannot create it: {}", dir, ec.message()),
+                    "choose a directory you can write");
+  const std::string probe =
+      fmt::format("{}/.kiln-write-test-{}", dir, static_cast<long>(::getpid()));
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f)
+    throw UserError(ErrorCode::Io,
+                    fmt::format("-o {}: cannot write there: {}", dir, std::strerror(errno)),
+                    "choose a directory you can write");
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
 
 // What the profiling decision found, made before the search (it may raise top_k).
 struct ProfilePlan {
@@ -129,6 +161,7 @@ void add_optimize(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([] {
     KernelGraph spec = parse_spec_file(file);
+    check_output_dir(out_dir);  // before minutes of search, not after
     int profile_k = kDefaultProfileK;
     if (!profile_arg.empty()) {
       char* end = nullptr;

@@ -432,3 +432,26 @@ TEST(Cli, NumericOptionsHaveRangesAndSayWhich) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 21: -o is checked before the search: "" (which wrote into /), a regular file and a
+// dangling link are exit 2 at once with a hint, and nothing is written.
+TEST(Cli, OptimizeChecksTheOutputDirectoryFirst) {
+  const std::string lora = example("lora.json");
+  const std::string base = std::string(KILN_BINARY_DIR) + "/cli_outdir";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/file") << "x";
+  std::filesystem::create_symlink(base + "/nowhere", base + "/dangling");
+  for (const std::string& o : {std::string("''"), base + "/file", base + "/dangling"}) {
+    KilnRun r = kiln("optimize " + lora + " -o " + o + " --no-cache --no-profile --time-limit 5");
+    EXPECT_EQ(r.status, 2) << o << "\n" << r.err;
+    EXPECT_NE(r.err.find("-o"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("states"), std::string::npos) << "searched before failing: " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/lora.cu"));
+  EXPECT_FALSE(std::filesystem::exists("/report.json"));
+}
+
+}  // namespace
