@@ -14,6 +14,7 @@ void add_optimize(CLI::App& app);
 void add_trace(CLI::App& app);
 void add_emit(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_check(CLI::App& app);
 
 // Set by a subcommand whose outcome is a negative answer rather than an error (e.g. verify
 // finding a difference): main() exits with it after a successful parse.

@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
   app.footer(
-      "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU).\n"
+      "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU;\n"
+      "verify: 3 unbounded).\n"
       "Run `kiln COMMAND --help` for a command's options.");
   kiln::cli::add_show(app);
   kiln::cli::add_eval(app);
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_trace(app);
   kiln::cli::add_emit(app);
   kiln::cli::add_bench(app);
+  kiln::cli::add_check(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
