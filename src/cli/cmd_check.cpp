@@ -558,7 +558,8 @@ void add_check(CLI::App& app) {
                 "require the GPU check: no nvcc or no CUDA GPU here is an error (exit 2) instead "
                 "of a skipped check");
   cmd->add_flag("--json", as_json, "print a JSON document instead of the table");
-  cmd->add_option("--junit", junit, "also write JUnit XML to FILE (its directory is created)");
+  cmd->add_option("--junit", junit, "also write JUnit XML to FILE (its directory is created)")
+      ->type_name("FILE");
   cmd->add_option("--time-tolerance", tolerance,
                   "an entry with baseline_us fails when the GPU measures more than baseline * "
                   "(1 + F)")
