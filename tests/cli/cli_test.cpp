@@ -633,3 +633,28 @@ TEST(Cli, CheckSkipsAnEntryWhoseNumbersNothingChecked) {
   EXPECT_EQ(occurrences(x, "<skipped "), 1u) << x;
   EXPECT_EQ(occurrences(x, "<failure "), 0u) << x;
 }
+
+// A max that is an output: the verifier's verdict is unbounded (selections matter), so the verify
+// check passes only on the float check with signed inputs, and says so.
+TEST(Cli, CheckPassesAnUnboundedVerdictOnTheSignedFloatCheck) {
+  std::string dir = check_dir("unbounded", {});
+  std::string spec = R"({"format": "spec/1", "name": "m",
+    "inputs": [{"name": "X", "shape": [4, 4096], "dtype": "f16"}],
+    "nodes": [{"name": "Y", "op": "max", "inputs": ["X"], "attrs": {"dim": -1}}],
+    "outputs": ["Y"]})";
+  std::ofstream(dir + "/m.json") << spec;
+  std::ofstream(dir + "/m.mugraph.json") << spec;
+  KilnRun r = kiln_cpu("check " + dir + " --json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  const auto& checks = doc["entries"][0]["checks"];
+  EXPECT_EQ(checks["verify"]["status"], "pass");
+  std::string detail = checks["verify"]["detail"].get<std::string>();
+  EXPECT_NE(detail.find("equivalent, unbounded (selections matter)"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("passes because the float check on signed inputs passed"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(checks["float"]["detail"].get<std::string>().find("uniform, normal 1, signed"),
+            std::string::npos)
+      << checks["float"]["detail"];
+}
