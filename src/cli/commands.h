@@ -14,6 +14,7 @@ void add_optimize(CLI::App& app);
 void add_trace(CLI::App& app);
 void add_emit(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_check(CLI::App& app);
 
 // An integer option's check: a whole number in [lo, hi] (CLI11's own checks let 2^31 threads or
 // 2·10^9 trials through, which crashed or hung). `what` names the unit in the message.

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_trace(app);
   kiln::cli::add_emit(app);
   kiln::cli::add_bench(app);
+  kiln::cli::add_check(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

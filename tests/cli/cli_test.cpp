@@ -429,6 +429,36 @@ TEST(Cli, NumericOptionsHaveRangesAndSayWhich) {
   }
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_EQ(kiln("verify " + lora + " " + mg + " --threads 2 --trials 4").status, 0);
+// ---- kiln check: stored μGraphs against their specs (docs/check.md) ---------------------------
+
+namespace {
+
+// kiln with no nvcc to find, so the GPU check is skipped wherever the tests run.
+KilnRun kiln_cpu(const std::string& args) {
+  return kiln_env("CUDACXX=/nonexistent/nvcc", args);
+}
+
+std::string slurp_file(const std::string& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A fresh directory under the build tree holding the named examples' pairs (X.json and
+// X.mugraph.json).
+std::string check_dir(const std::string& name, std::initializer_list<const char*> cases) {
+  std::filesystem::path dir = std::filesystem::path(KILN_BINARY_DIR) / "cli_check" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* c : cases)
+    for (const char* ext : {".json", ".mugraph.json"})
+      std::filesystem::copy_file(example(std::string(c) + ext), dir / (std::string(c) + ext));
+  return dir.string();
+}
+
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace
@@ -455,3 +485,222 @@ TEST(Cli, OptimizeChecksTheOutputDirectoryFirst) {
 }
 
 }  // namespace
+TEST(Cli, CheckHelpExplainsInputsChecksAndExitStatuses) {
+  KilnRun h = kiln("check --help");
+  EXPECT_EQ(h.status, 0);
+  for (const char* s :
+       {"X.mugraph.json", "kiln-check/1", "baseline_us", "schema", "verify", "float", "gpu", "time",
+        "--junit", "--time-tolerance", "Exit status", "2 invalid input"})
+    EXPECT_NE(h.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, CheckPassesAStoredGraph) {
+  KilnRun r = kiln_cpu("check " + check_dir("pass", {"lora"}) + " --threads 2");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\n1 passed, 0 failed\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU check skipped (1 of 1): no nvcc found"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[1/1] lora: pass"), std::string::npos) << r.err;  // progress on stderr
+}
+
+// One constant of add_rmsnorm's μGraph changed (1/16384 -> 2/16384): the verifier names it.
+TEST(Cli, CheckFailsANonEquivalentGraphNamingTheVerifier) {
+  std::string dir = check_dir("different", {"add_rmsnorm"});
+  std::string g = slurp_file(dir + "/add_rmsnorm.mugraph.json");
+  size_t at = g.find("6.103515625e-05");
+  ASSERT_NE(at, std::string::npos);
+  g.replace(at, 15, "1.220703125e-04");
+  std::ofstream(dir + "/add_rmsnorm.mugraph.json") << g;
+  KilnRun r = kiln_cpu("check " + dir + " --threads 2");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("add_rmsnorm: verifier FAILED: not equivalent"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n0 passed, 1 failed\n"), std::string::npos) << r.out;
+}
+
+// gqa's hand-written μGraph verifies but overflows f16 at std-1 inputs: the float check fails.
+TEST(Cli, CheckFailsTheFloatCheckAtStdOne) {
+  KilnRun r = kiln_cpu("check " + check_dir("float", {"gqa"}) + " --threads 2");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("gqa: float check FAILED: O (normal 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("verifier FAILED"), std::string::npos) << r.out;
+}
+
+// A malformed stored file fails its entry with the parse error; the other entries still run.
+TEST(Cli, CheckFailsAMalformedFileAsItsEntry) {
+  std::string dir = check_dir("malformed", {"lora"});
+  std::filesystem::copy_file(example("lora.json"), dir + "/broken.json");
+  std::ofstream(dir + "/broken.mugraph.json") << "{\"format\": \"mugraph/1\", \"name\": ";
+  KilnRun r = kiln_cpu("check " + dir + " --threads 2");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("broken: schema FAILED: " + dir + "/broken.mugraph.json"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\n1 passed, 1 failed\n"), std::string::npos) << r.out;
+}
+
+// Bad input is exit 2 with a located message and nothing on stdout: a malformed manifest, an
+// unknown key, an entry without its spec, a missing file, a μGraph in a folder without its spec.
+TEST(Cli, CheckBadInputExitsTwo) {
+  std::string dir = check_dir("bad_input", {"lora"});
+  auto manifest = [&](const std::string& name, const std::string& text) {
+    std::string p = dir + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  };
+  struct Case {
+    std::string path, expect;
+  };
+  std::vector<Case> cases = {
+      {manifest("syntax.json", R"({"format": "kiln-check/1", "entries": [)"), "syntax.json"},
+      {manifest("format.json", R"({"format": "kiln-check/2", "entries": []})"), "format"},
+      {manifest("key.json", R"({"format": "kiln-check/1", "entries": [
+         {"name": "a", "spec": "lora.json", "mugraph": "lora.mugraph.json", "baseline": 3}]})"),
+       "entries[0].baseline: unknown key"},
+      {manifest("nospec.json", R"({"format": "kiln-check/1", "entries": [
+         {"name": "a", "mugraph": "lora.mugraph.json"}]})"),
+       "entries[0]: missing \"spec\""},
+      {manifest("missing.json", R"({"format": "kiln-check/1", "entries": [
+         {"name": "a", "spec": "nope.json", "mugraph": "lora.mugraph.json"}]})"),
+       "entries[0].spec: no such file"},
+      {manifest("baseline.json", R"({"format": "kiln-check/1", "entries": [
+         {"name": "a", "spec": "lora.json", "mugraph": "lora.mugraph.json",
+          "baseline_us": -1}]})"),
+       "entries[0].baseline_us"},
+      {dir + "/no_such_manifest.json", "no_such_manifest.json"},
+  };
+  for (const Case& c : cases) {
+    KilnRun r = kiln_cpu("check " + c.path);
+    EXPECT_EQ(r.status, 2) << c.path << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.path << ": " << r.out;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.path << ": " << r.err;
+  }
+  std::string lonely = check_dir("lonely", {"lora"});
+  std::filesystem::remove(lonely + "/lora.json");
+  KilnRun r = kiln_cpu("check " + lonely);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("lora.mugraph.json: no spec beside this μGraph"), std::string::npos)
+      << r.err;
+}
+
+TEST(Cli, CheckWritesJunitAndJson) {
+  std::string dir = check_dir("reports", {"lora", "gqa"});
+  std::string junit = std::string(KILN_BINARY_DIR) + "/cli_check/reports_out/sub/check.xml";
+  std::filesystem::remove_all(std::string(KILN_BINARY_DIR) + "/cli_check/reports_out");
+  KilnRun r = kiln_cpu("check " + dir + " --threads 2 --junit " + junit);
+  EXPECT_EQ(r.status, 1) << r.err;
+  std::string x = slurp_file(junit);
+  EXPECT_EQ(x.rfind("<?xml", 0), 0u) << x;
+  EXPECT_EQ(occurrences(x, "<testcase "), 2u) << x;
+  EXPECT_EQ(occurrences(x, "<failure "), 1u) << x;
+  EXPECT_NE(x.find("tests=\"2\" failures=\"1\""), std::string::npos) << x;
+  // The failure message names the check; markup in it is escaped.
+  EXPECT_NE(x.find("message=\"float check FAILED: O (normal 1: rel. L2 error inf &gt; "),
+            std::string::npos)
+      << x;
+  EXPECT_EQ(x.find("> 5e-03"), std::string::npos) << x;
+
+  KilnRun j = kiln_cpu("check " + dir + " --threads 2 --json");
+  EXPECT_EQ(j.status, 1) << j.err;
+  nlohmann::json doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["totals"]["entries"], 2);
+  EXPECT_EQ(doc["totals"]["passed"], 1);
+  EXPECT_EQ(doc["totals"]["failed"], 1);
+  EXPECT_EQ(doc["summary"], "1 passed, 1 failed");
+  ASSERT_EQ(doc["entries"].size(), 2u);
+  const auto& gqa = doc["entries"][0];  // sorted by name
+  EXPECT_EQ(gqa["name"], "gqa");
+  EXPECT_EQ(gqa["verdict"], "fail");
+  EXPECT_EQ(gqa["checks"]["schema"]["status"], "pass");
+  EXPECT_EQ(gqa["checks"]["verify"]["status"], "pass");
+  EXPECT_EQ(gqa["checks"]["float"]["status"], "fail");
+  EXPECT_NE(gqa["checks"]["float"]["detail"].get<std::string>().find("normal 1"),
+            std::string::npos);
+  EXPECT_EQ(gqa["checks"]["gpu"]["status"], "skip");
+  const auto& lora = doc["entries"][1];
+  EXPECT_EQ(lora["verdict"], "pass");
+  EXPECT_EQ(doc["gpu"]["available"], false);
+}
+
+// The GPU check and the time check with a fake toolchain: lora measures 12.5 us against a
+// baseline of 10 us, so it fails at the default 10 % tolerance and passes at 30 %. --gpu without
+// a GPU is bad input.
+TEST(Cli, CheckMeasuresOnTheGpuAgainstTheBaseline) {
+  std::string dir = check_dir("gpu", {"lora"});
+  std::string m = dir + "/manifest.json";
+  std::ofstream(m) << R"({"format": "kiln-check/1", "entries": [
+    {"name": "lora", "spec": "lora.json", "mugraph": "lora.mugraph.json", "baseline_us": 10}]})";
+  std::string bin = fake_cuda("check_gpu", {{"*", "us=12.5"}}, true);
+  // Harnesses of failed GPU checks are kept: in the build tree, not in /tmp.
+  std::string tmp = std::string(KILN_BINARY_DIR) + "/cli_check/tmp";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  KilnRun slow =
+      kiln_env("PATH=" + bin + ":$PATH", "check " + m + " --threads 2 --nvcc " + bin + "/nvcc");
+  EXPECT_EQ(slow.status, 1) << slow.err;
+  EXPECT_NE(slow.out.find("lora: time FAILED: 12.50 us > 11.00 us"), std::string::npos) << slow.out;
+  KilnRun ok = kiln_env("PATH=" + bin + ":$PATH", "check " + m + " --threads 2 --gpu --nvcc " +
+                                                      bin + "/nvcc --time-tolerance 0.3");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("12.50 us"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("\n1 passed, 0 failed\n"), std::string::npos) << ok.out;
+  std::string bad = fake_cuda("check_gpu_mismatch", {{"*", "mismatch"}}, true);
+  KilnRun mm = kiln_env("TMPDIR=" + tmp + " PATH=" + bad + ":$PATH",
+                        "check " + m + " --threads 2 --nvcc " + bad + "/nvcc");
+  EXPECT_EQ(mm.status, 1) << mm.err;
+  EXPECT_NE(mm.out.find("lora: GPU check FAILED: mismatch"), std::string::npos) << mm.out;
+  EXPECT_NE(mm.err.find("harnesses and logs kept in " + tmp + "/kiln-check-"), std::string::npos)
+      << mm.err;
+  std::string nogpu = fake_cuda("check_nogpu", {{"*", "us=1"}}, false);
+  KilnRun e =
+      kiln_env("PATH=" + nogpu + ":$PATH", "check " + m + " --gpu --nvcc " + nogpu + "/nvcc");
+  EXPECT_EQ(e.status, 2) << e.err;
+  EXPECT_TRUE(e.out.empty()) << e.out;
+  EXPECT_NE(e.err.find("--gpu: no CUDA GPU visible"), std::string::npos) << e.err;
+  EXPECT_EQ(kiln_cpu("check " + m + " --time-tolerance -1").status, 2);
+}
+
+// An entry is skipped, not passed, when nothing failed but nothing looked at its numbers: the
+// float check is too costly on the CPU (one output row of a 65536 x 65536 matmul is 2^32 ops,
+// over max_sampled_work) and there is no GPU. Skips do not fail the run; JUnit says <skipped>.
+TEST(Cli, CheckSkipsAnEntryWhoseNumbersNothingChecked) {
+  std::string dir = check_dir("skipped", {});
+  std::string spec = R"({"format": "spec/1", "name": "big",
+    "inputs": [{"name": "X", "shape": [1, 65536], "dtype": "f16"},
+               {"name": "W", "shape": [65536, 65536], "dtype": "f16"}],
+    "nodes": [{"name": "Y", "op": "matmul", "inputs": ["X", "W"]}],
+    "outputs": ["Y"]})";
+  std::ofstream(dir + "/big.json") << spec;
+  std::ofstream(dir + "/big.mugraph.json") << spec;  // a spec is its own kernel graph
+  std::string junit = dir + "/out/check.xml";
+  KilnRun r = kiln_cpu("check " + dir + " --junit " + junit);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\n0 passed, 0 failed, 1 skipped\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("float check skipped (1 of 1): too costly on the CPU"), std::string::npos)
+      << r.out;
+  std::string x = slurp_file(junit);
+  EXPECT_EQ(occurrences(x, "<skipped "), 1u) << x;
+  EXPECT_EQ(occurrences(x, "<failure "), 0u) << x;
+}
+
+// A max that is an output: the verifier's verdict is unbounded (selections matter), so the verify
+// check passes only on the float check with signed inputs, and says so.
+TEST(Cli, CheckPassesAnUnboundedVerdictOnTheSignedFloatCheck) {
+  std::string dir = check_dir("unbounded", {});
+  std::string spec = R"({"format": "spec/1", "name": "m",
+    "inputs": [{"name": "X", "shape": [4, 4096], "dtype": "f16"}],
+    "nodes": [{"name": "Y", "op": "max", "inputs": ["X"], "attrs": {"dim": -1}}],
+    "outputs": ["Y"]})";
+  std::ofstream(dir + "/m.json") << spec;
+  std::ofstream(dir + "/m.mugraph.json") << spec;
+  KilnRun r = kiln_cpu("check " + dir + " --json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  const auto& checks = doc["entries"][0]["checks"];
+  EXPECT_EQ(checks["verify"]["status"], "pass");
+  std::string detail = checks["verify"]["detail"].get<std::string>();
+  EXPECT_NE(detail.find("equivalent, unbounded (selections matter)"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("passes because the float check on signed inputs passed"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(checks["float"]["detail"].get<std::string>().find("uniform, normal 1, signed"),
+            std::string::npos)
+      << checks["float"]["detail"];
+}
