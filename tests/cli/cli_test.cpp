@@ -405,30 +405,6 @@ TEST(Cli, EmitNeedsNoSourceTree) {
             std::string::npos);
 }
 
-namespace {
-
-// Issue 21: every numeric option has a range; out of it is exit 2 with the option's name, never
-// a crash or a hang (2^31 threads crashed in the task arena; 2·10^9 trials printed a bogus
-// verdict).
-TEST(Cli, NumericOptionsHaveRangesAndSayWhich) {
-  const std::string lora = example("lora.json"), mg = example("lora.mugraph.json");
-  const std::string out = std::string(KILN_BINARY_DIR) + "/cli_ranges";
-  for (const std::string& args :
-       {"verify " + lora + " " + mg + " --threads 2147483647",
-        "verify " + lora + " " + mg + " --threads 100000",
-        "verify " + lora + " " + mg + " --threads -3",
-        "verify " + lora + " " + mg + " --trials 2000000000",
-        "verify " + lora + " " + mg + " --trials 1.5", "eval " + lora + " --threads 99999",
-        "optimize " + lora + " -o " + out + " --threads 2147483647 --no-profile",
-        "optimize " + lora + " -o " + out + " --top 100000 --no-profile",
-        "bench " + mg + " --spec " + lora + " --repeats 0"}) {
-    KilnRun r = kiln(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find("must be a whole number"), std::string::npos) << args << "\n" << r.err;
-    EXPECT_TRUE(r.out.empty()) << args;
-  }
-  EXPECT_FALSE(std::filesystem::exists(out));
-  EXPECT_EQ(kiln("verify " + lora + " " + mg + " --threads 2 --trials 4").status, 0);
 // ---- kiln check: stored μGraphs against their specs (docs/check.md) ---------------------------
 
 namespace {
@@ -463,28 +439,6 @@ size_t occurrences(const std::string& s, const std::string& what) {
 
 }  // namespace
 
-namespace {
-
-// Issue 21: -o is checked before the search: "" (which wrote into /), a regular file and a
-// dangling link are exit 2 at once with a hint, and nothing is written.
-TEST(Cli, OptimizeChecksTheOutputDirectoryFirst) {
-  const std::string lora = example("lora.json");
-  const std::string base = std::string(KILN_BINARY_DIR) + "/cli_outdir";
-  std::filesystem::remove_all(base);
-  std::filesystem::create_directories(base);
-  std::ofstream(base + "/file") << "x";
-  std::filesystem::create_symlink(base + "/nowhere", base + "/dangling");
-  for (const std::string& o : {std::string("''"), base + "/file", base + "/dangling"}) {
-    KilnRun r = kiln("optimize " + lora + " -o " + o + " --no-cache --no-profile --time-limit 5");
-    EXPECT_EQ(r.status, 2) << o << "\n" << r.err;
-    EXPECT_NE(r.err.find("-o"), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("states"), std::string::npos) << "searched before failing: " << r.err;
-  }
-  EXPECT_FALSE(std::filesystem::exists("/lora.cu"));
-  EXPECT_FALSE(std::filesystem::exists("/report.json"));
-}
-
-}  // namespace
 TEST(Cli, CheckHelpExplainsInputsChecksAndExitStatuses) {
   KilnRun h = kiln("check --help");
   EXPECT_EQ(h.status, 0);
@@ -704,3 +658,54 @@ TEST(Cli, CheckPassesAnUnboundedVerdictOnTheSignedFloatCheck) {
             std::string::npos)
       << checks["float"]["detail"];
 }
+
+namespace {
+
+// Issue 21: every numeric option has a range; out of it is exit 2 with the option's name, never
+// a crash or a hang (2^31 threads crashed in the task arena; 2·10^9 trials printed a bogus
+// verdict).
+TEST(Cli, NumericOptionsHaveRangesAndSayWhich) {
+  const std::string lora = example("lora.json"), mg = example("lora.mugraph.json");
+  const std::string out = std::string(KILN_BINARY_DIR) + "/cli_ranges";
+  for (const std::string& args :
+       {"verify " + lora + " " + mg + " --threads 2147483647",
+        "verify " + lora + " " + mg + " --threads 100000",
+        "verify " + lora + " " + mg + " --threads -3",
+        "verify " + lora + " " + mg + " --trials 2000000000",
+        "verify " + lora + " " + mg + " --trials 1.5", "eval " + lora + " --threads 99999",
+        "optimize " + lora + " -o " + out + " --threads 2147483647 --no-profile",
+        "optimize " + lora + " -o " + out + " --top 100000 --no-profile",
+        "bench " + mg + " --spec " + lora + " --repeats 0"}) {
+    KilnRun r = kiln(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("must be a whole number"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(kiln("verify " + lora + " " + mg + " --threads 2 --trials 4").status, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 21: -o is checked before the search: "" (which wrote into /), a regular file and a
+// dangling link are exit 2 at once with a hint, and nothing is written.
+TEST(Cli, OptimizeChecksTheOutputDirectoryFirst) {
+  const std::string lora = example("lora.json");
+  const std::string base = std::string(KILN_BINARY_DIR) + "/cli_outdir";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/file") << "x";
+  std::filesystem::create_symlink(base + "/nowhere", base + "/dangling");
+  for (const std::string& o : {std::string("''"), base + "/file", base + "/dangling"}) {
+    KilnRun r = kiln("optimize " + lora + " -o " + o + " --no-cache --no-profile --time-limit 5");
+    EXPECT_EQ(r.status, 2) << o << "\n" << r.err;
+    EXPECT_NE(r.err.find("-o"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("states"), std::string::npos) << "searched before failing: " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/lora.cu"));
+  EXPECT_FALSE(std::filesystem::exists("/report.json"));
+}
+
+}  // namespace
