@@ -31,32 +31,42 @@ struct ArgSpec {
   at::ScalarType dtype;
 };
 
+inline std::string dims_str(at::IntArrayRef dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 // Checks one input against its spec; `device` is the device of the first input. The errors name
 // the op and the argument: TypeError for the dtype, ValueError for the shape, RuntimeError for
-// the device, the layout and the alignment.
+// the device, the layout and the alignment. Each message is built as one std::string first.
 inline void check_arg(const char* op, const at::Tensor& t, const ArgSpec& spec,
                       const at::Device& device) {
-  TORCH_CHECK(t.defined(), op, ": ", spec.name, " is undefined");
-  TORCH_CHECK(t.is_cuda(), op, ": ", spec.name, " must be a CUDA tensor, got a tensor on ",
-              t.device());
-  TORCH_CHECK(t.device() == device, op, ": all inputs must be on one device; ", spec.name,
-              " is on ", t.device(), ", the first input on ", device);
-  TORCH_CHECK_TYPE(t.scalar_type() == spec.dtype, op, ": ", spec.name, " must be ", spec.dtype,
-                   ", got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(spec.shape), op, ": ", spec.name,
-                    " must have shape ", at::IntArrayRef(spec.shape), ", got ", t.sizes(),
-                    " (the kernel was emitted for these fixed shapes)");
-  TORCH_CHECK(t.is_contiguous(), op, ": ", spec.name,
-              " must be contiguous (dense row-major), got strides ", t.strides(),
-              "; call .contiguous() first");
-  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", spec.name,
-              " must be 16-byte aligned (a view at an offset?); call .clone() first");
+  const std::string arg = std::string(op) + ": " + spec.name;
+  TORCH_CHECK(t.defined(), arg + " is undefined");
+  TORCH_CHECK(t.is_cuda(), arg + " must be a CUDA tensor, got a tensor on " + t.device().str());
+  TORCH_CHECK(t.device() == device, std::string(op) + ": all inputs must be on one device; " +
+                                        spec.name + " is on " + t.device().str() +
+                                        ", the first input on " + device.str());
+  TORCH_CHECK_TYPE(t.scalar_type() == spec.dtype,
+                   arg + " must be " + c10::toString(spec.dtype) + ", got " +
+                       c10::toString(t.scalar_type()));
+  const at::IntArrayRef sizes = t.sizes();
+  bool same = sizes.size() == spec.shape.size();
+  for (size_t i = 0; same && i < sizes.size(); ++i) same = sizes[i] == spec.shape[i];
+  TORCH_CHECK_VALUE(same, arg + " must have shape " + dims_str(spec.shape) + ", got " +
+                              dims_str(sizes) + " (the kernel was emitted for these fixed shapes)");
+  TORCH_CHECK(t.is_contiguous(), arg + " must be contiguous (dense row-major), got strides " +
+                                     dims_str(t.strides()) + "; call .contiguous() first");
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0,
+              arg + " must be 16-byte aligned (a view at an offset?); call .clone() first");
 }
 
 inline void check_args(const char* op, std::initializer_list<at::Tensor> inputs,
                        const std::vector<ArgSpec>& specs) {
-  TORCH_CHECK(inputs.size() == specs.size(), op, ": expected ", specs.size(), " inputs, got ",
-              inputs.size());
+  TORCH_CHECK(inputs.size() == specs.size(), std::string(op) + ": expected " +
+                                                 std::to_string(specs.size()) + " inputs, got " +
+                                                 std::to_string(inputs.size()));
   const at::Device device = inputs.begin()->device();
   size_t i = 0;
   for (const at::Tensor& t : inputs) check_arg(op, t, specs[i++], device);

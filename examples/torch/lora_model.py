@@ -61,10 +61,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cu", help="the emitted kiln_lora.cu (default: emit it with --kiln)")
     ap.add_argument("--kiln", default=str(kiln_torch.REPO / "build" / "kiln"), help="the kiln binary")
+    ap.add_argument("--build-dir", help="where the extension is built (default: torch's cache)")
     args = ap.parse_args()
 
     cu = args.cu or kiln_torch.emit("lora", args.kiln, tempfile.mkdtemp(prefix="kiln_torch_"))
-    kiln_torch.load_op("lora", cu)
+    kiln_torch.load_op("lora", cu, build_dir=args.build_dir)
     torch.manual_seed(0)
     model = TinyModel().eval()
     x = torch.randn(16, 256, device="cuda", dtype=torch.float16)

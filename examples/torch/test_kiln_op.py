@@ -46,6 +46,11 @@ class Results:
         print(f"{'PASS' if ok else 'FAIL'} {op:15s} {mode:9s} {what}{'  ' + detail if detail else ''}",
               flush=True)
 
+    def record(self, line: str) -> None:
+        """A PASS/FAIL line printed by a child process (already shown)."""
+        if line.startswith("PASS ") or line.startswith("FAIL "):
+            self.rows.append(line.startswith("PASS "))
+
     def crash(self, op: str, mode: str, what: str) -> None:
         self.add(False, op, mode, what, "raised:\n" + traceback.format_exc())
 
@@ -64,7 +69,11 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=200, help="calls per timing (default 200)")
     ap.add_argument("--reps", type=int, default=20, help="timings, the best is reported (default 20)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile checks")
+    ap.add_argument("--errors-child", metavar="NAME", help=argparse.SUPPRESS)  # internal
+    ap.add_argument("--cu", help=argparse.SUPPRESS)  # internal: the .cu of --errors-child
     args = ap.parse_args()
+    if args.errors_child:
+        return errors_child(args)
 
     try:
         import torch
@@ -115,7 +124,7 @@ def main() -> int:
         res.add(True, name, "build", f"torch.utils.cpp_extension.load of {cu[name].name} + "
                 f"{name}_op.cpp", f"{time.time() - t0:.1f} s")
         check_eager(res, torch, kiln_torch, name, op)
-        check_errors(res, torch, kiln_torch, name, op)
+        check_errors_isolated(res, name, cu[name], args.build_dir)
         if not args.no_compile:
             check_compile(res, torch, kiln_torch, name, op)
         check_cudagraph(res, torch, kiln_torch, name, op)
@@ -180,6 +189,7 @@ def check_errors(res, torch, kiln_torch, name, op):
          RuntimeError, "16-byte aligned"),
     ]
     for what, inputs, exc, words in cases:
+        print(f"case: {what}", flush=True)  # the last one shown, should the call crash
         try:
             op(*inputs)
             res.add(False, name, "errors", what, "no error raised")
@@ -189,6 +199,42 @@ def check_errors(res, torch, kiln_torch, name, op):
         except Exception as e:  # the wrong type
             res.add(False, name, "errors", what, f"expected {exc.__name__}, got {type(e).__name__}: {e}")
     torch.cuda.synchronize()
+
+
+def check_errors_isolated(res, name, cu_path, build_dir):
+    """check_errors in a child process (the extension is already built), so that a crash on a bad
+    call is reported as a failure with the case it died on, and the other checks still run."""
+    import subprocess
+
+    cmd = [sys.executable, "-X", "faulthandler", str(pathlib.Path(__file__).resolve()),
+           "--errors-child", name, "--cu", str(cu_path)]
+    if build_dir:
+        cmd += ["--build-dir", str(build_dir)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = proc.stdout.splitlines()
+    results = [line for line in lines if line.startswith(("PASS ", "FAIL "))]
+    for line in results:
+        print(line)
+        res.record(line)
+    if proc.returncode < 0 or (proc.returncode != 0 and not any(line.startswith("FAIL ")
+                                                                for line in results)):
+        for line in lines:  # the case it died on, faulthandler's traceback, the build log
+            if line not in results:
+                print(f"  [errors child] {line}")
+        why = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+               else f"exit status {proc.returncode}")
+        res.add(False, name, "errors", "child process", why)
+    sys.stdout.flush()
+
+
+def errors_child(args) -> int:
+    import torch
+    import kiln_torch
+
+    op = kiln_torch.load_op(args.errors_child, args.cu, build_dir=args.build_dir)
+    res = Results()
+    check_errors(res, torch, kiln_torch, args.errors_child, op)
+    return 1 if res.failed else 0
 
 
 def check_compile(res, torch, kiln_torch, name, op):
