@@ -1,5 +1,5 @@
 // The CUDA emitter: turns a kernel graph (a spec or any μGraph) into one standalone .cu file,
-// and writes the GPU harness that checks and times it.
+// its C header, and the GPU harness that checks and times it.
 //
 // The emitted file needs only the CUDA toolkit: the runtime headers (runtime/*.cuh) and the
 // codegen device library (codegen/kiln_cg.cuh) are inlined into it. It exports, for a graph
@@ -40,8 +40,9 @@ struct EmitOptions {
   // The NAME of the exported symbols and namespaces (see above); empty: the graph's name. Must
   // match [A-Za-z_][A-Za-z0-9_]* (a UserError otherwise).
   std::string name;
-  // The .cu as written, named in its header comment and build line (empty: kiln_NAME.cu).
-  std::string cu_file;
+  // The files as written, named in the header comments: the .cu (its build line; empty:
+  // kiln_NAME.cu) and its C header (emit_header; empty: none is mentioned).
+  std::string cu_file, header_file;
 };
 
 // The NAME a file emitted with `opt` exports (opt.name, else g.name); throws UserError
@@ -52,6 +53,16 @@ std::string emitted_name(const KernelGraph& g, const EmitOptions& opt);
 std::string emit_cuda(const KernelGraph& g, const EmitOptions& opt = {});
 // Emits the .cu for g with a given schedule (from plan_schedule(g, ...)).
 std::string emit_cuda(const KernelGraph& g, const Schedule& s, const EmitOptions& opt);
+
+// Emits the C header of the .cu that emit_cuda(g, opt) writes: an include guard, <stddef.h> and
+// <cuda_runtime.h>, the two prototypes (extern "C" under C++) with one parameter per input and
+// output in ABI order, named after the tensors (a C keyword, `workspace`, `stream` or a repeated
+// name gets a trailing `_`), and per tensor its dtype, rank, shape, element and byte counts as
+// macros KILN_NAME_<tensor>_DTYPE|RANK|SHAPE|NUMEL|BYTES, plus KILN_NAME_ALIGNMENT (16),
+// KILN_NAME_NUM_INPUTS and KILN_NAME_NUM_OUTPUTS. It compiles as C and as C++ with the CUDA
+// toolkit's include directory and nothing else.
+std::string emit_header(const KernelGraph& g, const EmitOptions& opt = {});
+std::string emit_header(const KernelGraph& g, const Schedule& s, const EmitOptions& opt);
 
 struct HarnessOptions {
   EmitOptions emit;             // emit.name also names the harness (kName, KILN_RESULT name=)
