@@ -23,7 +23,9 @@ namespace {}  // namespace
 
 void add_emit(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "emit", "Write the standalone CUDA .cu of a spec or μGraph (and optionally its GPU harness)");
+      "emit",
+      "Write the standalone CUDA .cu of a spec or μGraph (and optionally its C header and GPU "
+      "harness)");
   static std::string graph_file, out, header, name, spec_file, harness, target = "sm_90a";
   static bool schedule = false;
   cmd->add_option("GRAPH", graph_file, "spec or μGraph JSON file")->required();

@@ -86,7 +86,7 @@ void add_optimize(CLI::App& app) {
   static std::string profile_arg, nvcc;
   static int profile_repeats = 20;
   cmd->add_option("SPEC", file, "spec JSON file")->required();
-  cmd->add_option("-o,--out", out_dir, "output directory")->required();
+  cmd->add_option("-o,--out", out_dir, "output directory (created when missing)")->required();
   // NaN passes CLI11's range checks (every comparison is false), so the bound is spelled out.
   const CLI::Validator seconds(
       [](std::string& v) -> std::string {

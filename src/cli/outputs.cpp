@@ -13,14 +13,17 @@ namespace kiln::cli {
 
 void make_dirs(const std::string& dir) {
   if (dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw UserError(ErrorCode::Io,
-                    fmt::format("cannot create the directory {}: {}", dir,
-                                ec ? ec.message() : "a file of that name is in the way"),
-                    "choose an output path whose directories you can create (no file in the way, "
-                    "a writable parent)");
+  namespace fs = std::filesystem;
+  std::error_code ec, ignored;
+  fs::create_directories(dir, ec);
+  if (!ec && fs::is_directory(dir, ignored)) return;
+  std::string why = ec ? ec.message() : "not a directory";
+  // The usual reason: a file where a directory should be (the deepest existing part of the path).
+  fs::path p = dir;
+  while (!p.empty() && !fs::exists(p, ignored)) p = p.parent_path();
+  if (!p.empty() && !fs::is_directory(p, ignored)) why = p.string() + " is a file, not a directory";
+  throw UserError(ErrorCode::Io, fmt::format("cannot create the directory {}: {}", dir, why),
+                  "choose an output path under a directory you can write to");
 }
 
 void make_parent_dirs(const std::string& path) {

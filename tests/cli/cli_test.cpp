@@ -432,7 +432,8 @@ std::string cuda_include_dir() {
 }  // namespace
 
 // kiln emit creates the directories of every file it writes, names them in the header comments
-// and exports the symbols under --name; a path it cannot create says why and what to do.
+// and exports the symbols under --name; a path it cannot create says why and what to do (so does
+// kiln optimize, before its search).
 TEST(Cli, EmitCreatesDirectoriesAndNamesTheFilesItWrites) {
   const std::string base = std::string(KILN_BINARY_DIR) + "/cli_emit_paths";
   std::filesystem::remove_all(base);
@@ -462,9 +463,19 @@ TEST(Cli, EmitCreatesDirectoriesAndNamesTheFilesItWrites) {
   std::ofstream(base + "/file") << "";
   KilnRun f = kiln("emit " + example("lora.json") + " -o " + base + "/file/x.cu");
   EXPECT_EQ(f.status, 2);
-  EXPECT_NE(f.err.find("cannot create the directory " + base + "/file"), std::string::npos)
+  EXPECT_NE(f.err.find("cannot create the directory " + base + "/file: " + base +
+                       "/file is a file, not a directory"),
+            std::string::npos)
       << f.err;
   EXPECT_NE(f.err.find("hint: choose an output path"), std::string::npos) << f.err;
+  // The same before a search, for optimize's -o and --trace.
+  KilnRun o = kiln("optimize " + example("lora.json") + " --no-profile -o " + base + "/file/out");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find(base + "/file is a file, not a directory"), std::string::npos) << o.err;
+  KilnRun t = kiln("optimize " + example("lora.json") + " --no-profile -o " + base +
+                   "/opt --trace " + base + "/file/t.trace");
+  EXPECT_EQ(t.status, 2);
+  EXPECT_NE(t.err.find(base + "/file is a file, not a directory"), std::string::npos) << t.err;
   // A file that cannot be written: the path is a directory.
   KilnRun d = kiln("emit " + example("lora.json") + " -o " + base + "/a");
   EXPECT_EQ(d.status, 2);
