@@ -7,6 +7,7 @@
 // distribution (strided elements, lane groups that reduce with shuffles, or the mma.sync fragment
 // layout), computes the tile's expression (inline ops, at most one matmul/reduction root) and
 // stores, accumulates into registers, or writes device memory.
+#include <algorithm>
 #include <functional>
 
 #include "emit_internal.h"
@@ -151,7 +152,9 @@ class BlockEmitter {
       c_->f("const int it = ic * {} + u;", U);
     } else {
       c_->open("{");
-      c_->line("const int it = ic;");
+      // The iteration number is read only by the loop indices of dims with range > 1.
+      if (std::any_of(bg_.loop.begin(), bg_.loop.end(), [](int64_t r) { return r > 1; }))
+        c_->line("const int it = ic;");
     }
     emit_loop_indices("it", "l");
     for (size_t i = 0; i < bg_.ops.size(); ++i) {
@@ -506,14 +509,17 @@ class BlockEmitter {
     c_->open("{");
     mma_block(t.root, d, "fr", /*fresh=*/true);
     if (p != t.root) {
+      LazyDecls decls;
       std::vector<std::string> idx =
-          open_fragment_loops(p, d, -1, "q", 4, "((q >> 1) << 3)", " + (q & 1)");
-      Ctx cx;
-      cx.body = c_;
-      cx.root = t.root;
-      cx.root_val = "fr[bi][i][jn].x[q]";
-      std::string v = compute(p, idx, cx);
-      c_->f("fr[bi][i][jn].x[q] = {};", v);
+          open_fragment_loops(p, d, -1, "q", 4, "((q >> 1) << 3)", " + (q & 1)", decls);
+      emit_after_decls(decls, [&] {
+        Ctx cx;
+        cx.body = c_;
+        cx.root = t.root;
+        cx.root_val = "fr[bi][i][jn].x[q]";
+        std::string v = compute(p, idx, cx);
+        c_->f("fr[bi][i][jn].x[q] = {};", v);
+      });
       for (int k = 0; k < kFragmentScopes; ++k) c_->close();
     }
     std::vector<int> cons;
@@ -690,44 +696,69 @@ class BlockEmitter {
     bool reduce_root = root >= 0 && cls(root) == OpClass::Reduce;
     c_->open("{");
     bool unrolled = reads_regs || G > 1;
+    // The flat index o and the element's index variables are declared where something reads
+    // them (a reduction root with one output, or an accumulator fed by its root, reads none).
+    LazyDecls flat;
     if (unrolled) {
       if (slots <= 64) c_->line("#pragma unroll");
       c_->open(fmt::format("for (int j = 0; j < {}; ++j) {{", slots));
-      c_->f("const int o = j * {} + tid{};", groups, G > 1 ? fmt::format(" / {}", G) : "");
+      flat.add("int", "o",
+               fmt::format("j * {} + tid{}", groups, G > 1 ? fmt::format(" / {}", G) : ""));
     } else {
       c_->line("#pragma unroll 2");
       c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", N, T_));
     }
     std::string valid = unrolled && slots * groups != N ? fmt::format("o < {}", N) : "";
-    Ctx cx;
-    cx.body = c_;
-    if (reads_regs)
-      cx.reg = [&](int i) {
-        (void)i;
-        return std::string("[j]");
-      };
-    std::vector<std::string> idx;
-    if (root >= 0) {
-      std::vector<std::string> ridx = unravel(*c_, "o", op(root).shape, "r");
-      cx.root = root;
-      cx.root_val = tmp();
-      if (reduce_root)
-        emit_reduce_root(root, ridx, G, valid, cx);
-      else
-        emit_fma_root(root, ridx, valid, cx);
-    }
-    std::string guard = valid;
-    if (G > 1)
-      guard = guard.empty() ? fmt::format("tid % {} == 0", G)
-                            : fmt::format("{} && tid % {} == 0", guard, G);
-    if (!guard.empty()) c_->open(fmt::format("if ({}) {{", guard));
-    idx = unravel(*c_, "o", shape, "i");
-    Ctx ex = cx;
-    ex.reg = [&](int i) { return fmt::format("acc_{}[j]", nm(i)); };
-    sink(ex, idx, "[j]");
-    if (!guard.empty()) c_->close();
+    emit_after_decls(flat, [&] {
+      Ctx cx;
+      if (reads_regs)
+        cx.reg = [&](int i) {
+          (void)i;
+          return std::string("[j]");
+        };
+      LazyDecls rdecls;
+      std::vector<std::string> ridx;
+      if (root >= 0) ridx = unravel(rdecls, "o", op(root).shape, "r");
+      emit_after_decls(rdecls, [&] {
+        cx.body = c_;
+        if (root >= 0) {
+          cx.root = root;
+          cx.root_val = tmp();
+          if (reduce_root)
+            emit_reduce_root(root, ridx, G, valid, cx);
+          else
+            emit_fma_root(root, ridx, valid, cx);
+        }
+        std::string guard = valid;
+        if (G > 1)
+          guard = guard.empty() ? fmt::format("tid % {} == 0", G)
+                                : fmt::format("{} && tid % {} == 0", guard, G);
+        if (!guard.empty()) c_->open(fmt::format("if ({}) {{", guard));
+        LazyDecls decls;
+        std::vector<std::string> idx = unravel(decls, "o", shape, "i");
+        emit_after_decls(decls, [&] {
+          Ctx ex = cx;
+          ex.body = c_;
+          ex.reg = [&](int i) { return fmt::format("acc_{}[j]", nm(i)); };
+          sink(ex, idx, "[j]");
+        });
+        if (!guard.empty()) c_->close();
+      });
+    });
     c_->close();
     c_->close();
+  }
+
+  // Runs emit() with its code held back, then writes the declarations of `decls` that it reads
+  // and the code (see LazyDecls).
+  template <class F>
+  void emit_after_decls(const LazyDecls& decls, F&& emit) {
+    Code body;
+    Code* outer = c_;
+    c_ = &body;
+    emit();
+    c_ = outer;
+    decls.emit(*c_, body);
   }
 
   bool reads_registers(int top) const {
@@ -1081,13 +1112,14 @@ class BlockEmitter {
 
   // Opens the loops over a warp's mma fragments, `inner` being the innermost loop variable over
   // `inner_count` values, and the bounds check of the element at (b, row, col) that `col_expr`
-  // and `row_expr` compute; leaves `o` (flat index) and the unravelled `idx` for the caller.
-  // Closes nothing: the caller closes kFragmentScopes scopes.
+  // and `row_expr` compute; leaves `o` (flat index) and the unravelled `idx` in `lazy` for the
+  // caller to declare where its code reads them (emit_after_decls). Closes nothing: the caller
+  // closes kFragmentScopes scopes.
   static constexpr int kFragmentScopes = 7;
   std::vector<std::string> open_fragment_loops(int top, const Distribution& d, int root,
                                                const char* inner, int inner_count,
                                                const std::string& row_expr,
-                                               const std::string& col_expr) {
+                                               const std::string& col_expr, LazyDecls& lazy) {
     c_->open("{");
     if (root >= 0) mma_block(root, d, "fr", /*fresh=*/true);
     emit_warp_coords(d);
@@ -1104,21 +1136,24 @@ class BlockEmitter {
     c_->f("const int row = (wm * {} + i) * 16 + (lane >> 2) + {};", d.mtw, row_expr);
     c_->f("const int col = (wn * {} + jn) * 8 + ((lane & 3) << 1){};", d.ntw, col_expr);
     c_->open(fmt::format("if (b < {} && row < {} && col < {}) {{", d.batch, d.m, d.n));
-    c_->f("const int o = (b * {} + row) * {} + col;", d.m, d.n);
-    return unravel(*c_, "o", op(top).shape, "i");
+    lazy.add("int", "o", fmt::format("(b * {} + row) * {} + col", d.m, d.n));
+    return unravel(lazy, "o", op(top).shape, "i");
   }
 
   void run_mma_elements(int top, const Distribution& d, int root, const Sink& sink) {
+    LazyDecls decls;
     std::vector<std::string> idx =
-        open_fragment_loops(top, d, root, "q", 4, "((q >> 1) << 3)", " + (q & 1)");
-    Ctx cx;
-    cx.body = c_;
-    if (root >= 0) {
-      cx.root = root;
-      cx.root_val = "fr[bi][i][jn].x[q]";
-    }
-    cx.reg = [&](int i) { return fmt::format("acc_{}[bi][i][jn].x[q]", nm(i)); };
-    sink(cx, idx, "[bi][i][jn].x[q]");
+        open_fragment_loops(top, d, root, "q", 4, "((q >> 1) << 3)", " + (q & 1)", decls);
+    emit_after_decls(decls, [&] {
+      Ctx cx;
+      cx.body = c_;
+      if (root >= 0) {
+        cx.root = root;
+        cx.root_val = "fr[bi][i][jn].x[q]";
+      }
+      cx.reg = [&](int i) { return fmt::format("acc_{}[bi][i][jn].x[q]", nm(i)); };
+      sink(cx, idx, "[bi][i][jn].x[q]");
+    });
     for (int k = 0; k < kFragmentScopes; ++k) c_->close();
   }
 
@@ -1126,17 +1161,20 @@ class BlockEmitter {
   // paired 4- or 8-byte stores. sink gets one context per column and the first column's index.
   using PairSink = std::function<void(Ctx&, Ctx&, const std::vector<std::string>&)>;
   void run_mma_pairs(int top, const Distribution& d, int root, const PairSink& sink) {
-    std::vector<std::string> idx = open_fragment_loops(top, d, root, "h", 2, "(h << 3)", "");
-    Ctx c0, c1;
-    c0.body = c1.body = c_;
-    if (root >= 0) {
-      c0.root = c1.root = root;
-      c0.root_val = "fr[bi][i][jn].x[2 * h]";
-      c1.root_val = "fr[bi][i][jn].x[2 * h + 1]";
-    }
-    c0.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h]", nm(r)); };
-    c1.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h + 1]", nm(r)); };
-    sink(c0, c1, idx);
+    LazyDecls decls;
+    std::vector<std::string> idx = open_fragment_loops(top, d, root, "h", 2, "(h << 3)", "", decls);
+    emit_after_decls(decls, [&] {
+      Ctx c0, c1;
+      c0.body = c1.body = c_;
+      if (root >= 0) {
+        c0.root = c1.root = root;
+        c0.root_val = "fr[bi][i][jn].x[2 * h]";
+        c1.root_val = "fr[bi][i][jn].x[2 * h + 1]";
+      }
+      c0.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h]", nm(r)); };
+      c1.reg = [&](int r) { return fmt::format("acc_{}[bi][i][jn].x[2 * h + 1]", nm(r)); };
+      sink(c0, c1, idx);
+    });
     for (int k = 0; k < kFragmentScopes; ++k) c_->close();
   }
 

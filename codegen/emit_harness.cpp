@@ -649,19 +649,22 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
     user_error(ErrorCode::Unsupported,
                "the harness reference must be a spec (no graph-defined ops)");
   cgen::Code out;
+  const std::string name = emitted_name(candidate, opt.emit);
+  const std::string file = opt.file.empty() ? "harness_" + name + ".cu" : opt.file;
+  const size_t dot = file.rfind('.');
+  const std::string exe =
+      dot == std::string::npos || dot == 0 ? file + ".out" : file.substr(0, dot);
   std::string kernel = emit_cuda(candidate, opt.emit);
   out.raw(fmt::format(
       "// Kiln GPU harness for {0}: checks kiln_{0} against a float64 reference of spec {1}, then\n"
       "// times it (CUDA-graph replays, inputs rotating over enough copies to defeat L2).\n"
       "// Build: {2}\n"
-      "// Run:   ./harness_{0} [--check-only | --kernel-only] [--seed S] [--repeats R]\n"
+      "// Run:   ./{3} [--check-only | --kernel-only] [--seed S] [--repeats R]\n"
       "//        [--checks C] [--input-std S]  (checks alternate uniform and normal std-1\n"
       "//        inputs; --input-std S gives every check std S, 0: uniform)\n"
       "// Prints: KILN_RESULT name={0} ok=0|1 err=MAX_REL_ERR us=MEDIAN_US ... checks=N exempt=E;\n"
       "// exit 0 ok, 1 mismatch, 2 CUDA error.\n\n",
-      candidate.name, spec.name,
-      nvcc_command("harness_" + candidate.name + ".cu", "harness_" + candidate.name,
-                   opt.emit.arch)));
+      name, spec.name, nvcc_command(file, exe, opt.emit.arch), exe));
   out.raw(kernel);
   out.raw("\n// ==== harness " + std::string(78, '=') + "\n\n");
   out.raw("#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
@@ -701,7 +704,7 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
     if (op.kind == OpKind::Constant &&
         !(std::fabs(op.attrs.value) <= double(std::numeric_limits<float>::max())))
       ++const_out_of_range;
-  out.raw(fmt::format("static const char* const kName = \"{}\";\n", candidate.name));
+  out.raw(fmt::format("static const char* const kName = \"{}\";\n", name));
   out.raw(cgen::kHarnessRuntime);
   out.raw("\n");
   out.raw(fmt::format(
@@ -723,9 +726,9 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
   std::vector<std::string> args;
   for (size_t i = 0; i < candidate.inputs.size(); ++i) args.push_back(fmt::format("(i_)[{}]", i));
   for (size_t i = 0; i < candidate.outputs.size(); ++i) args.push_back(fmt::format("(o_)[{}]", i));
-  out.raw(fmt::format("#define KILN_CALL(i_, o_, w_, s_) kiln_{}({}, (w_), (s_))\n", candidate.name,
+  out.raw(fmt::format("#define KILN_CALL(i_, o_, w_, s_) kiln_{}({}, (w_), (s_))\n", name,
                       fmt::join(args, ", ")));
-  out.raw(fmt::format("#define KILN_WS_BYTES() kiln_{}_workspace_bytes()\n\n", candidate.name));
+  out.raw(fmt::format("#define KILN_WS_BYTES() kiln_{}_workspace_bytes()\n\n", name));
   cgen::emit_reference(spec, out);
   out.raw(cgen::kHarnessMain);
   return out.str();

@@ -10,9 +10,10 @@ namespace kiln::cgen {
 // Appends the __global__ kernel of a graph-defined op to `out`.
 void emit_block_kernel(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp, Code& out);
 
-// Appends the kernels of every op of g and the extern "C" launch functions (the body of an
-// emitted .cu after the device library). `ns` names the namespace the kernels live in.
-void emit_graph_body(const KernelGraph& g, const Schedule& s, Code& out);
+// Appends the kernels of every op of g, in namespace kiln_gen_NAME, and the extern "C" launch
+// and workspace functions kiln_NAME and kiln_NAME_workspace_bytes (the body of an emitted .cu
+// after the device library).
+void emit_graph_body(const KernelGraph& g, const Schedule& s, const std::string& name, Code& out);
 
 // The float64 reference of spec graph g: kernels in namespace kiln_ref and
 //   static cudaError_t kiln_ref_run(const double* const* in, double* const* out, double* ws,

@@ -235,8 +235,54 @@ inline std::string offset_expr(const std::vector<std::string>& idx,
 
 // Unravels flat index `flat` over `shape` into variables prefix0.. ; returns their names ("0"
 // for extent-1 dims).
-inline std::vector<std::string> unravel(Code& c, const std::string& flat, const Shape& shape,
-                                        const std::string& prefix, const char* type = "int") {
+// Declarations `const TYPE NAME = EXPR;` held back until the code after them is known, then
+// emitted only where that code (or a later kept declaration) reads NAME: the index variables of
+// an element whose consumer may read none of them (an accumulator fed by its root's value), which
+// nvcc would report as declared but never referenced.
+class LazyDecls {
+ public:
+  void add(std::string type, std::string name, std::string expr) {
+    decls_.push_back({std::move(type), std::move(name), std::move(expr)});
+  }
+  // Emits into c the declarations that `body` needs, in order, then body.
+  void emit(Code& c, const Code& body) const {
+    std::string needed = body.str();
+    std::vector<bool> keep(decls_.size(), false);
+    for (size_t i = decls_.size(); i-- > 0;)
+      if (reads(needed, decls_[i].name)) {
+        keep[i] = true;
+        needed += "\n" + decls_[i].expr;
+      }
+    for (size_t i = 0; i < decls_.size(); ++i)
+      if (keep[i]) c.f("const {} {} = {};", decls_[i].type, decls_[i].name, decls_[i].expr);
+    c.append(body);
+  }
+
+ private:
+  struct Decl {
+    std::string type, name, expr;
+  };
+  // Whether `text` contains `name` as a whole identifier.
+  static bool reads(const std::string& text, const std::string& name) {
+    auto ident = [](char ch) {
+      return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+             ch == '_';
+    };
+    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1))
+      if ((at == 0 || !ident(text[at - 1])) &&
+          (at + name.size() == text.size() || !ident(text[at + name.size()])))
+        return true;
+    return false;
+  }
+  std::vector<Decl> decls_;
+};
+
+// The index of element `flat` of a row-major tensor of `shape`: an expression per dim ("0" for
+// extent 1), declared as const TYPE variables PREFIX<d> by `declare(type, name, expr)`.
+template <class Declare>
+std::vector<std::string> unravel_with(const std::string& flat, const Shape& shape,
+                                      const std::string& prefix, const char* type,
+                                      Declare&& declare) {
   std::vector<std::string> idx(shape.size());
   int64_t inner = 1;
   for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
@@ -248,12 +294,27 @@ inline std::vector<std::string> unravel(Code& c, const std::string& flat, const 
       bool outer = true;
       for (int q = 0; q < d; ++q) outer &= shape[q] == 1;
       if (!outer) e = fmt::format("{} % {}", e, shape[d]);
-      c.f("const {} {} = {};", type, name, e);
+      declare(type, name, e);
       idx[d] = name;
     }
     inner *= shape[d];
   }
   return idx;
+}
+inline std::vector<std::string> unravel(Code& c, const std::string& flat, const Shape& shape,
+                                        const std::string& prefix, const char* type = "int") {
+  return unravel_with(flat, shape, prefix, type,
+                      [&](const char* t, const std::string& name, const std::string& e) {
+                        c.f("const {} {} = {};", t, name, e);
+                      });
+}
+// The same, with the declarations held in `lazy`.
+inline std::vector<std::string> unravel(LazyDecls& lazy, const std::string& flat,
+                                        const Shape& shape, const std::string& prefix,
+                                        const char* type = "int") {
+  return unravel_with(
+      flat, shape, prefix, type,
+      [&](const char* t, const std::string& name, const std::string& e) { lazy.add(t, name, e); });
 }
 
 }  // namespace kiln::cgen

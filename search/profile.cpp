@@ -421,6 +421,7 @@ ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Cand
     ho.seed = opt.run.seed;
     ho.checks = opt.run.checks;
     ho.repeats = opt.run.repeats;
+    ho.file = "harness.cu";
     write_file_text((fs::path(dirs[i]) / "harness.cu").string(),
                     emit_harness(p.candidate.graph, spec, ho));
     p.m.harness = (fs::path(dirs[i]) / "harness.cu").string();

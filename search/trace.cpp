@@ -2,6 +2,8 @@
 #include "kiln/search/trace.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -36,7 +38,10 @@ TraceEvent TraceEvent::from_json(const nlohmann::json& j) {
 
 TraceWriter::TraceWriter(const std::string& path) {
   f_ = std::fopen(path.c_str(), "w");
-  if (!f_) user_error(ErrorCode::Io, "cannot write trace file {}", path);
+  if (!f_)
+    throw UserError(ErrorCode::Io,
+                    fmt::format("cannot write the trace file {}: {}", path, std::strerror(errno)),
+                    "give --trace a path whose directory exists and is writable");
 }
 
 TraceWriter::~TraceWriter() {

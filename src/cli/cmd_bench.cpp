@@ -80,7 +80,7 @@ void add_bench(CLI::App& app) {
       if (!mkdtemp(tmpl.data())) user_error(ErrorCode::Io, "cannot create {}", tmpl);
       dir = tmpl;
     }
-    fs::create_directories(dir);
+    make_dirs(dir);
     HarnessOptions ho;
     ho.emit.arch = hr.arch;
     ho.emit.source = graph_file;
@@ -89,6 +89,7 @@ void add_bench(CLI::App& app) {
     ho.seed = seed;
     ho.checks = checks;
     ho.repeats = repeats;
+    ho.file = "harness.cu";
     std::string cu = (fs::path(dir) / "harness.cu").string();
     write_file_text(cu, emit_harness(g, spec, ho));
     std::string run_args = fmt::format("--seed {} --checks {} --repeats {}", seed, checks, repeats);

@@ -1,7 +1,8 @@
 // `kiln optimize SPEC -o DIR`: the superoptimizer end to end. Parses the spec, runs the search
 // (or takes its result from the cache), and writes DIR/<name>.mugraph.json (the winner),
 // DIR/candidates/ (the top K), DIR/report.json (stop reason, statistics, every ranked candidate's
-// cost and verdict) and DIR/<name>.cu (the emitted CUDA of the winner).
+// cost and verdict), DIR/<name>.cu (the emitted CUDA of the winner) and DIR/<name>.h (its C
+// header). DIR and the --trace file's directory are created when missing, before the search.
 //
 // Profiling (search/profile.h): with nvcc and a GPU here, the model's top K candidates and the
 // spec's own kernel graph are measured on the GPU and the measured winner is written instead of
@@ -117,7 +118,7 @@ void add_optimize(CLI::App& app) {
   static std::string profile_arg, nvcc;
   static int profile_repeats = 20;
   cmd->add_option("SPEC", file, "spec JSON file")->required();
-  cmd->add_option("-o,--out", out_dir, "output directory")->required();
+  cmd->add_option("-o,--out", out_dir, "output directory (created when missing)")->required();
   // NaN passes CLI11's range checks (every comparison is false), so the bound is spelled out.
   const CLI::Validator seconds(
       [](std::string& v) -> std::string {
@@ -173,6 +174,9 @@ void add_optimize(CLI::App& app) {
     }
     const std::string mode = no_profile ? "off" : prof->count() > 0 ? "on" : "auto";
     ProfilePlan plan = plan_profile(mode, profile_k, nvcc);
+    // Output directories before the search: a path that cannot be written fails now, not after.
+    make_dirs(out_dir + "/candidates");
+    if (!trace_file.empty()) make_parent_dirs(trace_file);
     if (plan.on)
       std::fprintf(stderr, "kiln: profiling the top %d candidates and the spec on %s (%s)\n",
                    plan.k, plan.gpu.c_str(), plan.nvcc_version.c_str());
@@ -229,12 +233,12 @@ void add_optimize(CLI::App& app) {
       if (!no_cache && trace_file.empty() && !res.ranked.empty())
         search::cache_store(dir, key, res);
     }
-    std::filesystem::create_directories(out_dir + "/candidates");
     // Never ship what failed a check: with nothing ranked, keep the rejected μGraphs for
     // inspection, write the report, and exit 1 without a winner or a .cu.
     auto ship_nothing = [&](const std::string& why, nlohmann::json report) {
       for (const std::string& stale :
-           {out_dir + "/" + spec.name + ".mugraph.json", out_dir + "/" + spec.name + ".cu"})
+           {out_dir + "/" + spec.name + ".mugraph.json", out_dir + "/" + spec.name + ".cu",
+            out_dir + "/" + spec.name + ".h"})
         std::filesystem::remove(stale);
       for (size_t i = 0; i < res.rejected.size(); ++i)
         write_file_text(
@@ -355,7 +359,12 @@ void add_optimize(CLI::App& app) {
     eo.arch = cfg.arch;
     eo.verdict = best.verdict;
     eo.source = file;
-    write_file_text(out_dir + "/" + spec.name + ".cu", emit_cuda(best.graph, eo));
+    eo.cu_file = spec.name + ".cu";
+    eo.header_file = spec.name + ".h";
+    const Schedule sched =
+        plan_schedule(best.graph, target_for(eo.arch), PlanOptions{eo.lowerings});
+    write_file_text(out_dir + "/" + eo.cu_file, emit_cuda(best.graph, sched, eo));
+    write_file_text(out_dir + "/" + eo.header_file, emit_header(best.graph, sched, eo));
     const search::SearchStats& st = res.stats;
     std::fprintf(
         stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",

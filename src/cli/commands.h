@@ -3,6 +3,8 @@
 // 2 invalid input).
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace kiln::cli {
@@ -21,6 +23,13 @@ void add_check(CLI::App& app);
 CLI::Validator whole_number(long long lo, long long hi, const char* what);
 // Worker threads: 0 (all cores) to 1024.
 CLI::Validator thread_count();
+
+// Output paths (outputs.cpp): make_dirs creates a directory and its parents, make_parent_dirs
+// those of a file about to be written; both throw a UserError that says why and what to do when
+// a directory cannot be created. file_name is a path's last component (for header comments).
+void make_dirs(const std::string& dir);
+void make_parent_dirs(const std::string& path);
+std::string file_name(const std::string& path);
 
 // Set by a subcommand whose outcome is a negative answer rather than an error (e.g. verify
 // finding a difference): main() exits with it after a successful parse.

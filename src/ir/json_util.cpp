@@ -349,7 +349,8 @@ void write_file_text(const std::string& path, const std::string& text) {
   out << text;
   out.close();
   if (!out) {
-    UserError e(ErrorCode::Io, fmt::format("cannot write: {}", std::strerror(errno)));
+    UserError e(ErrorCode::Io, fmt::format("cannot write: {}", std::strerror(errno)),
+                "write to a path whose directory exists and is writable (not a directory itself)");
     e.with_file(path);
     throw e;
   }
