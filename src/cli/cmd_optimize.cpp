@@ -56,10 +56,7 @@ void check_output_dir(const std::string& dir) {
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw UserError(ErrorCode::Io, fmt::format("-o {}: exists and is not a directory", dir),
                     "kiln optimize writes several files there: give a directory");
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw UserError(ErrorCode::Io, fmt::format("-o {}: cannot create it: {}", dir, ec.message()),
-                    "choose a directory you can write");
+  make_dirs(dir);  // names the file in the way, if one is
   const std::string probe =
       fmt::format("{}/.kiln-write-test-{}", dir, static_cast<long>(::getpid()));
   FILE* f = std::fopen(probe.c_str(), "w");
