@@ -48,9 +48,8 @@ inline void check_arg(const char* op, const at::Tensor& t, const ArgSpec& spec,
   TORCH_CHECK(t.device() == device, std::string(op) + ": all inputs must be on one device; " +
                                         spec.name + " is on " + t.device().str() +
                                         ", the first input on " + device.str());
-  TORCH_CHECK_TYPE(t.scalar_type() == spec.dtype,
-                   arg + " must be " + c10::toString(spec.dtype) + ", got " +
-                       c10::toString(t.scalar_type()));
+  TORCH_CHECK_TYPE(t.scalar_type() == spec.dtype, arg + " must be " + c10::toString(spec.dtype) +
+                                                      ", got " + c10::toString(t.scalar_type()));
   const at::IntArrayRef sizes = t.sizes();
   bool same = sizes.size() == spec.shape.size();
   for (size_t i = 0; same && i < sizes.size(); ++i) same = sizes[i] == spec.shape[i];
@@ -94,7 +93,9 @@ inline at::Tensor workspace(size_t bytes, const at::Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
-inline void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+inline void* data_or_null(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
 
 inline void check_launch(const char* op, cudaError_t err) {
   TORCH_CHECK(err == cudaSuccess, op, ": the emitted launch failed: ", cudaGetErrorString(err));

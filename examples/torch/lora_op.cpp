@@ -70,8 +70,9 @@ double lora_bench(const at::Tensor& X, const at::Tensor& W, const at::Tensor& A,
 // FRAGMENT: every glue file adds its ops to the one namespace `kiln`.
 TORCH_LIBRARY_FRAGMENT(kiln, m) {
   m.def("lora(Tensor X, Tensor W, Tensor A, Tensor B) -> Tensor");
-  m.def("lora_bench(Tensor X, Tensor W, Tensor A, Tensor B, int iters, int reps, bool graph) "
-        "-> float");
+  m.def(
+      "lora_bench(Tensor X, Tensor W, Tensor A, Tensor B, int iters, int reps, bool graph) "
+      "-> float");
 }
 
 TORCH_LIBRARY_IMPL(kiln, CUDA, m) {

@@ -54,7 +54,9 @@ double rmsnorm_linear_bench(const at::Tensor& X, const at::Tensor& W, int64_t it
   at::cuda::getCurrentCUDAStream(X.device().index()).synchronize();
   const double us = kiln_torch::time_bare(
       "kiln::rmsnorm_linear_bench",
-      [&](cudaStream_t s) { return kiln_rmsnorm_linear(X.data_ptr(), W.data_ptr(), O.data_ptr(), wsp, s); },
+      [&](cudaStream_t s) {
+        return kiln_rmsnorm_linear(X.data_ptr(), W.data_ptr(), O.data_ptr(), wsp, s);
+      },
       iters, reps, graph);
   g_warmed.store(true, std::memory_order_release);
   return us;
