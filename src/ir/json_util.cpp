@@ -10,9 +10,14 @@
 // can name one too.
 #include "json_util.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -344,15 +349,34 @@ std::string read_file_text(const std::string& path) {
   return text;
 }
 
+// Atomic: the text goes to a temporary file in the same directory, which then replaces `path`
+// by rename, so a reader (or a run killed mid-write) never sees a truncated file.
 void write_file_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    UserError e(ErrorCode::Io, fmt::format("cannot write: {}", std::strerror(errno)),
+  auto fail = [&](int err) {
+    UserError e(ErrorCode::Io, fmt::format("cannot write: {}", std::strerror(err)),
                 "write to a path whose directory exists and is writable (not a directory itself)");
     e.with_file(path);
     throw e;
+  };
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(EISDIR);
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp =
+      fmt::format("{}.kiln-tmp.{}.{}", path, static_cast<long>(::getpid()), counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) {
+      const int err = errno;
+      std::remove(tmp.c_str());
+      fail(err);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    fail(err);
   }
 }
 

@@ -227,6 +227,28 @@ TEST(MugraphJson, LoadGraphFileDispatchesOnFormat) {
   }
 }
 
+// Issue 21: files are replaced whole. A rewrite leaves the new text and no temporary file; a
+// failed write (the path is a directory) leaves nothing behind.
+TEST(WriteFileText, ReplacesAtomicallyAndCleansUp) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(KILN_BINARY_DIR) / "write_file_text";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  const std::string f = (dir / "x.json").string();
+  write_file_text(f, std::string(1 << 20, 'a'));
+  write_file_text(f, "short\n");
+  std::ifstream in(f);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "short\n");
+  EXPECT_THROW(write_file_text((dir / "sub").string(), "x"), UserError);
+  EXPECT_THROW(write_file_text((dir / "missing" / "y.json").string(), "x"), UserError);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_EQ(e.path().filename().string().find("kiln-tmp"), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(entries, 2);  // x.json and sub
+}
+
 TEST(MugraphJson, EveryExampleRoundTrips) {
   auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "examples";
   int seen = 0;

@@ -22,7 +22,9 @@ inline constexpr int kMaxJsonDepth = 64;
 nlohmann::json parse_json_text(std::string_view text, const std::string& file);
 // Reads a file (at most kMaxFileBytes) into a string. Throws UserError(Io).
 std::string read_file_text(const std::string& path);
-// Writes text to path (created or truncated); UserError(Io) naming the file if that fails.
+// Writes text to path atomically (a temporary file in the same directory, then rename): a reader,
+// or a run killed mid-write, sees the old file or the new one, never a truncated one.
+// UserError(Io) naming the file if that fails (no temporary file is left behind).
 void write_file_text(const std::string& path, const std::string& text);
 
 // spec/1 -> kernel graph of predefined ops.
