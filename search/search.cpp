@@ -637,9 +637,27 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
   } else {
     line = "not verified (verification off)";
   }
-  if (config.float_check && (float_check || unbounded)) {
-    verifier::FloatCheck fc = verifier::float_check(
-        spec, c.graph, config.seed, gpu_float_check_options(c.graph, unbounded, config.threads));
+  // An unbounded verdict stands only on a float check with signed inputs; where the caller has no
+  // time left for one, the candidate is not ranked.
+  if (config.float_check && unbounded && !float_check) {
+    c.verdict = line +
+                "; not ranked: an unbounded verdict needs a float check, and the float-check "
+                "time budget is spent";
+    r.failed_check = "float_check";
+    r.detail = c.verdict;
+    return r;
+  }
+  if (config.float_check && float_check) {
+    verifier::FloatCheckOptions fo;
+    try {
+      fo = gpu_float_check_options(c.graph, unbounded, config.threads);
+    } catch (const UserError& e) {  // the schedule cannot plan it: it could not ship either
+      c.verdict = line + "; cannot be planned for the GPU: " + e.what();
+      r.failed_check = "float_check";
+      r.detail = c.verdict;
+      return r;
+    }
+    verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
     r.float_seconds = fc.seconds;
     if (!fc.ok) {
       c.verdict = line + "; float check FAILED: " + fc.failures();

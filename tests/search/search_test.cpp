@@ -214,3 +214,35 @@ TEST(Search, ReportHasEveryRankedCandidate) {
 
 }  // namespace
 }  // namespace kiln::search
+
+namespace kiln::search {
+namespace {
+
+// Issue 13: an unbounded verdict (relu's output depends on what it selects) is ranked only on a
+// float check with signed inputs; without one the candidate fails, and with one it passes and
+// says so.
+TEST(Search, AnUnboundedVerdictNeedsTheFloatCheck) {
+  auto make = [](const char* act) {
+    return parse_spec(std::string(R"({"name": "r", "inputs": [
+      {"name": "X", "shape": [4, 64], "dtype": "f16"}, {"name": "W", "shape": [64, 64], "dtype": "f16"}],
+      "nodes": [{"name": "S", "op": "matmul", "inputs": ["X", "W"]},)") +
+                      act + R"(], "outputs": ["O"]})");
+  };
+  KernelGraph spec = make(R"({"name": "O", "op": "relu", "inputs": ["S"]})");
+  Candidate c;
+  c.graph = make(R"({"name": "z", "op": "constant", "attrs": {"value": 0}},
+                    {"name": "O", "op": "maximum", "inputs": ["S", "z"]})");
+  SearchConfig cfg;
+  cfg.threads = 2;
+  CandidateCheck no = check_candidate(spec, c, cfg, false);
+  EXPECT_FALSE(no.passed);
+  EXPECT_EQ(no.failed_check, "float_check");
+  EXPECT_NE(c.verdict.find("unbounded"), std::string::npos) << c.verdict;
+  CandidateCheck yes = check_candidate(spec, c, cfg, true);
+  EXPECT_TRUE(yes.passed) << c.verdict;
+  EXPECT_TRUE(c.float_checked);
+  EXPECT_NE(c.verdict.find("signed"), std::string::npos) << c.verdict;
+}
+
+}  // namespace
+}  // namespace kiln::search

@@ -130,9 +130,10 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config,
 // JSON for report.json and the cache: the stop reason, statistics and every candidate's cost and
 // verdict (graphs included when with_graphs).
 // What ranking asks of one candidate: the verifier's verdict (the spec is its own proof) and,
-// when `float_check` (or the verdict is unbounded), the float check that predicts the GPU
-// (float_model.h). Sets c.verdict, c.verified and c.float_checked. `failed_check` is
-// "verifier" or "float_check" when !passed; `detail` says why.
+// when `float_check`, the float check that predicts the GPU (float_model.h). An unbounded
+// verdict (the outputs depend on a selection) passes only with that float check, on signed
+// inputs too: without `float_check` such a candidate fails. Sets c.verdict, c.verified and
+// c.float_checked. `failed_check` is "verifier" or "float_check" when !passed; `detail` says why.
 struct CandidateCheck {
   bool passed = false;
   std::string failed_check, detail;
