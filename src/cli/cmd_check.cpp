@@ -563,15 +563,7 @@ void add_check(CLI::App& app) {
   cmd->add_option("--time-tolerance", tolerance,
                   "an entry with baseline_us fails when the GPU measures more than baseline * "
                   "(1 + F)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            char* end = nullptr;
-            double d = std::strtod(v.c_str(), &end);
-            if (end == v.c_str() || *end != 0 || !(d >= 0 && d <= 100))
-              return "must be a fraction in [0, 100], got " + v;
-            return {};
-          },
-          "F"))
+      ->check(real_number(0, 100, "fraction"))
       ->capture_default_str();
   cmd->add_option("--threads", threads, "worker threads of the verifier and float check (0: all)")
       ->check(CLI::NonNegativeNumber)

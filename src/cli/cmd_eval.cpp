@@ -27,21 +27,10 @@ void add_eval(CLI::App& app) {
   cmd->add_option("FILE", file, "spec or μGraph JSON file")->required();
   cmd->add_option("--seed", seed, "seed of the random inputs (docs/interpreter.md)")
       ->capture_default_str();
-  // NaN passes CLI11's range checks (every comparison is false), so the bound is spelled out.
-  // 1e4 keeps the largest value (6 std) below f16's 65504.
-  const CLI::Validator std_range(
-      [](std::string& v) -> std::string {
-        char* end = nullptr;
-        double d = std::strtod(v.c_str(), &end);
-        if (end == v.c_str() || *end != 0 || !(d >= 0 && d <= 1e4))
-          return "must be a number in [0, 1e4] (0: the uniform generator), got " + v;
-        return {};
-      },
-      "STD");
   cmd->add_option("--input-std", input_std,
                   "0: uniform inputs in [-0.5, 0.5); S > 0: normal inputs of standard deviation S "
                   "(the spec's range rule uses 1)")
-      ->check(std_range)
+      ->check(input_std_range())
       ->capture_default_str();
   cmd->add_option("--precision", precision,
                   "f64: exact reference semantics; f32: float arithmetic, stores rounded to dtype")

@@ -38,15 +38,7 @@ void add_verify(CLI::App& app) {
   cmd->add_option("--input-std", input_std,
                   "with --float: check on normal inputs of this standard deviation only (0: the "
                   "uniform generator only)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            char* end = nullptr;
-            double d = std::strtod(v.c_str(), &end);
-            if (end == v.c_str() || *end != 0 || !(d >= 0 && d <= 1e4))
-              return "must be a standard deviation in [0, 10000], got " + v;
-            return {};
-          },
-          "STD"));
+      ->check(input_std_range());
   cmd->add_flag("--no-scale", no_scale,
                 "no scaled instance (output rows are still sampled when the graphs are too big)");
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")

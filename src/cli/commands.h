@@ -21,6 +21,12 @@ void add_check(CLI::App& app);
 // An integer option's check: a whole number in [lo, hi] (CLI11's own checks let 2^31 threads or
 // 2·10^9 trials through, which crashed or hung). `what` names the unit in the message.
 CLI::Validator whole_number(long long lo, long long hi, const char* what);
+// A real option's check: a finite number in [lo, hi] (NaN passes CLI11's range checks, since
+// every comparison with it is false). `what` names the quantity in the message.
+CLI::Validator real_number(double lo, double hi, const char* what);
+// A standard deviation of generated inputs: 0 (the uniform generator) to 1e4 (6 std stays below
+// f16's 65504).
+CLI::Validator input_std_range();
 // Worker threads: 0 (all cores) to 1024.
 CLI::Validator thread_count();
 

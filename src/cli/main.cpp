@@ -32,6 +32,22 @@ CLI::Validator whole_number(long long lo, long long hi, const char* what) {
       fmt::format("INT in [{}, {}]", lo, hi));
 }
 
+CLI::Validator real_number(double lo, double hi, const char* what) {
+  return CLI::Validator(
+      [lo, hi, what](std::string& v) -> std::string {
+        char* end = nullptr;
+        double d = std::strtod(v.c_str(), &end);
+        if (v.empty() || end == v.c_str() || *end != 0 || !(d >= lo && d <= hi))
+          return fmt::format("must be a {} in [{:g}, {:g}], got {}", what, lo, hi, v);
+        return {};
+      },
+      fmt::format("NUMBER in [{:g}, {:g}]", lo, hi));
+}
+
+CLI::Validator input_std_range() {
+  return real_number(0, 1e4, "standard deviation (0: the uniform generator)");
+}
+
 CLI::Validator thread_count() {
   return whole_number(0, 1024, "threads (0: all cores)");
 }
