@@ -1024,6 +1024,19 @@ KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, 
   return std::move(kb).finish();
 }
 
+namespace {
+
+// Every attribute, so that graphs that differ only in eps, gelu's form, a slope or clamp bounds
+// never share a fingerprint (and one is never dropped as the other's duplicate).
+std::string attrs_key(const Attrs& a) {
+  return fmt::format("{},{},{},{},{},{},{},{},{}", a.dim, a.keepdim, a.value,
+                     fmt::join(a.perm, "."), a.eps, int(a.approximate), a.negative_slope,
+                     a.min ? fmt::format("{}", *a.min) : "-",
+                     a.max ? fmt::format("{}", *a.max) : "-");
+}
+
+}  // namespace
+
 std::string fingerprint(const KernelGraph& g) {
   std::string s;
   for (int i : g.inputs)
@@ -1031,19 +1044,21 @@ std::string fingerprint(const KernelGraph& g) {
   for (const KernelOp& op : g.ops) {
     s += fmt::format("op{}(", int(op.kind));
     for (int i : op.inputs) s += fmt::format("{},", i);
-    s += fmt::format(")a{},{},{},{};", op.attrs.dim, op.attrs.keepdim, op.attrs.value,
-                     fmt::join(op.attrs.perm, "."));
+    s += fmt::format(")a{};", attrs_key(op.attrs));
+    // The storage dtypes of what it writes (an intermediate kept in f32 or in f16 is another
+    // kernel: the range rule tells them apart).
+    for (int t : op.outputs) s += fmt::format("d{};", int(g.tensor(t).dtype));
     if (op.block) {
       const BlockGraph& b = *op.block;
       s += fmt::format("g[{}]t{}l[{}]", fmt::join(b.grid, ","), b.block_threads,
                        fmt::join(b.loop, ","));
       for (const BlockOp& o : b.ops) {
-        s += fmt::format("b{}({})io{}i[{}]f[{}]a{},{},{}", int(o.kind), fmt::join(o.inputs, ","),
-                         o.io, fmt::join(o.imap, ","), fmt::join(o.fmap, ","), o.attrs.dim,
-                         o.attrs.keepdim, o.attrs.value);
+        s += fmt::format("b{}({})io{}i[{}]f[{}]a{}", int(o.kind), fmt::join(o.inputs, ","), o.io,
+                         fmt::join(o.imap, ","), fmt::join(o.fmap, ","), attrs_key(o.attrs));
         if (o.thread)
           for (const ThreadOp& t : o.thread->ops)
-            s += fmt::format("t{}({}){}", int(t.kind), fmt::join(t.inputs, ","), t.attrs.value);
+            s +=
+                fmt::format("t{}({}){}", int(t.kind), fmt::join(t.inputs, ","), attrs_key(t.attrs));
         s += ";";
       }
       for (const TensorDesc& t : b.outputs)

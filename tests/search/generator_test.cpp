@@ -180,3 +180,35 @@ TEST(Generator, ALabelTwiceInOneTensorIsNeverGriddedLoopedOrSplit) {
 
 }  // namespace
 }  // namespace kiln::search
+
+namespace kiln::search {
+namespace {
+
+// Fingerprints count every attribute and the storage dtype of what each op writes: graphs that
+// differ only there are different kernels and must never be deduplicated into one.
+TEST(Generator, FingerprintsCountEveryAttributeAndStorageDtype) {
+  auto make = [](const std::string& node) {
+    return parse_spec(R"({"name": "f", "inputs": [{"name": "X", "shape": [4, 64], "dtype": "f16"}],
+      "nodes": [)" + node +
+                      R"(], "outputs": ["O"]})");
+  };
+  std::set<std::string> seen;
+  for (const char* n :
+       {R"({"name": "O", "op": "rms_norm", "inputs": ["X"], "attrs": {"eps": 1e-6}})",
+        R"({"name": "O", "op": "rms_norm", "inputs": ["X"], "attrs": {"eps": 1e-5}})",
+        R"({"name": "O", "op": "gelu", "inputs": ["X"]})",
+        R"({"name": "O", "op": "gelu", "inputs": ["X"], "attrs": {"approximate": "tanh"}})",
+        R"({"name": "O", "op": "clamp", "inputs": ["X"], "attrs": {"min": 0, "max": 6}})",
+        R"({"name": "O", "op": "clamp", "inputs": ["X"], "attrs": {"min": 0, "max": 1}})",
+        R"({"name": "O", "op": "leaky_relu", "inputs": ["X"], "attrs": {"negative_slope": 0.1}})",
+        R"({"name": "O", "op": "leaky_relu", "inputs": ["X"], "attrs": {"negative_slope": 0.2}})"})
+    EXPECT_TRUE(seen.insert(fingerprint(make(n))).second) << n;
+  KernelGraph a = make(R"({"name": "E", "op": "exp", "inputs": ["X"]},
+                          {"name": "O", "op": "neg", "inputs": ["E"]})");
+  KernelGraph b = a;
+  b.tensors[b.ops[0].outputs[0]].dtype = DType::F32;  // the intermediate kept in f32
+  EXPECT_NE(fingerprint(a), fingerprint(b));
+}
+
+}  // namespace
+}  // namespace kiln::search
