@@ -836,15 +836,18 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // GPU (float_model.h). When everything fails, nothing is ranked and the caller ships nothing.
   auto tv = Clock::now();
   bool have_winner = false;
+  // Each float check costs up to seconds, so they share one budget: half the time limit, at
+  // least 10 s. With nothing ranked, failing candidates are checked until their checks have
+  // spent it or 256 have failed; then the search stops looking (what remains is not checked, so
+  // it is not ranked either). Once a candidate is ranked, the rest of the top K are float-checked
+  // while the budget lasts; past it they are ranked unchecked and marked so (the profiler's GPU
+  // check is then their check), except unbounded verdicts, which check_candidate refuses.
+  const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
   int float_failures = 0;
   double float_failure_s = 0, float_check_s = 0;
   for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
-    // Each float check costs up to seconds. With nothing ranked, failing candidates are checked
-    // until their checks have taken half the time limit (at least 10 s) or 256 have failed; then
-    // the search stops looking (what remains is not checked, so it is not ranked either).
-    if (!have_winner &&
-        (float_failures >= 256 || float_failure_s >= std::max(10.0, 0.5 * config.time_limit_s))) {
+    if (!have_winner && (float_failures >= 256 || float_failure_s >= float_budget_s)) {
       st.pruned["not float-checked (failure budget spent)"]++;
       continue;
     }
@@ -852,10 +855,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
       break;
     }
-    // The first candidate ranked, the spec, and unbounded verdicts are always float-checked;
-    // the rest of the top K while the float checks have taken less than the budget (ranked
-    // unchecked past it, marked so: the profiler's GPU check is then their check).
-    const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
+    // The first candidate ranked and the spec are always float-checked.
     CandidateCheck chk = check_candidate(
         spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s);
     float_check_s += chk.float_seconds;
