@@ -313,9 +313,21 @@ void run_entry(Entry& e, size_t index, const Options& opt, GpuSetup& gpu) {
                               v.scaled ? ", scaled" : "")};
   }
 
-  // (3) the float check, exactly as kiln optimize runs it on a winner.
-  verifier::FloatCheck fc = verifier::float_check(
-      *spec, *g, opt.seed, search::gpu_float_check_options(*g, unbounded, opt.threads));
+  // (3) the float check, exactly as kiln optimize runs it on a winner. A graph the schedule
+  // cannot plan could not ship either: that is this entry's failure, not the run's.
+  verifier::FloatCheck fc;
+  try {
+    fc = verifier::float_check(*spec, *g, opt.seed,
+                               search::gpu_float_check_options(*g, unbounded, opt.threads));
+  } catch (const UserError& err) {
+    c[kFloat] = {Status::Fail, "cannot be planned for the GPU: " + err.render()};
+    if (unbounded)
+      c[kVerify] = {Status::Fail,
+                    "equivalent but unbounded (selections matter), and no float "
+                    "check could run: nothing vouches for it"};
+    skip_rest(kGpu, "the graph cannot be planned");
+    return;
+  }
   std::string sets = unbounded ? "uniform, normal 1, signed" : "uniform, normal 1";
   if (fc.skipped) {
     c[kFloat] = {Status::Skip, fmt::format("too costly on the CPU: ~{:.2g} element operations "
