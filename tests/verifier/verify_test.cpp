@@ -36,6 +36,18 @@ std::string in(const std::string& name, const std::string& shape) {
 
 const std::string kX = in("X", "[4, 64]");
 
+// The row max of X, and relu of it (the "running max initialised to 0" bug): they differ only on
+// rows whose max is negative.
+KernelGraph row_max(const std::string& ins) {
+  return spec(ins, R"({"name": "O", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
+}
+KernelGraph relu_row_max(const std::string& ins) {
+  return spec(ins, R"(
+      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
+      {"name": "O", "op": "relu", "inputs": ["m"]})",
+              R"("O")");
+}
+
 TEST(Accepts, MatmulChainsInEitherAssociation) {
   std::string ins = in("A", "[8, 16]") + "," + in("B", "[16, 32]") + "," + in("C", "[32, 4]");
   KernelGraph left = spec(ins,
@@ -359,12 +371,7 @@ TEST(Scaling, PerTileMeanThenScaleIsTheRowMean) {
 TEST(Selections, AMaxAgainstAConstantIsRejectedOnEverySeed) {
   for (const char* shape : {"[1, 4096]", "[512, 4096]", "[4, 64]"}) {
     std::string ins = in("X", shape);
-    KernelGraph mx =
-        spec(ins, R"({"name": "O", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
-    KernelGraph relu = spec(ins, R"(
-      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
-      {"name": "O", "op": "relu", "inputs": ["m"]})",
-                            R"("O")");
+    KernelGraph mx = row_max(ins), relu = relu_row_max(ins);
     KernelGraph clamp = spec(ins, R"(
       {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
       {"name": "O", "op": "clamp", "inputs": ["m"], "attrs": {"max": 0.5}})",
@@ -544,12 +551,7 @@ TEST(FloatCheck, SampledRowsReachTheLastBlockAndSignedInputsReachSelections) {
   }
   // max vs relu(max): random signs almost always hide it; negative inputs show it.
   std::string one = in("X", "[64, 256]");
-  KernelGraph mx =
-      spec(one, R"({"name": "O", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}})", R"("O")");
-  KernelGraph relu = spec(one, R"(
-      {"name": "m", "op": "max", "inputs": ["X"], "attrs": {"dim": 1}},
-      {"name": "O", "op": "relu", "inputs": ["m"]})",
-                          R"("O")");
+  KernelGraph mx = row_max(one), relu = relu_row_max(one);
   EXPECT_TRUE(float_check(mx, relu, 3).ok);  // why the float check alone is not enough
   FloatCheckOptions signed_in;
   signed_in.signed_inputs = true;

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "find_nvcc.h"
 #include "kiln/ir/json_io.h"
 
 namespace kiln {
@@ -22,15 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string find_nvcc() {
-  if (const char* e = std::getenv("NVCC"); e && *e && fs::exists(e)) return e;
-#ifdef KILN_NVCC_PATH
-  if (fs::exists(KILN_NVCC_PATH)) return KILN_NVCC_PATH;
-#endif
-  for (const char* p : {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc"})
-    if (fs::exists(p)) return p;
-  return "";
-}
+using testing::find_nvcc;
 
 // Runs `cd dir && cmd`; returns "" on success, else the command and its output.
 std::string run(const fs::path& dir, const std::string& cmd, const std::string& log) {

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "find_nvcc.h"
 #include "kiln/codegen/emit.h"
 #include "kiln/ir/json_io.h"
 
@@ -19,15 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string find_nvcc() {
-  if (const char* e = std::getenv("NVCC"); e && *e && fs::exists(e)) return e;
-#ifdef KILN_NVCC_PATH
-  if (fs::exists(KILN_NVCC_PATH)) return KILN_NVCC_PATH;
-#endif
-  for (const char* p : {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc"})
-    if (fs::exists(p)) return p;
-  return "";
-}
+using testing::find_nvcc;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
