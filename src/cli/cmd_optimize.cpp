@@ -230,6 +230,16 @@ void add_optimize(CLI::App& app) {
       if (!no_cache && trace_file.empty() && !res.ranked.empty())
         search::cache_store(dir, key, res);
     }
+    // What every report.json holds, whatever happens next.
+    auto base_report = [&] {
+      nlohmann::json r = search::result_to_json(res, false);
+      r["spec"] = file;
+      r["target"] = target;
+      r["cache_key"] = key;
+      r["from_cache"] = res.from_cache;
+      r["config"] = cfg.to_json();
+      return r;
+    };
     // Never ship what failed a check: with nothing ranked, keep the rejected μGraphs for
     // inspection, write the report, and exit 1 without a winner or a .cu.
     auto ship_nothing = [&](const std::string& why, nlohmann::json report) {
@@ -254,11 +264,7 @@ void add_optimize(CLI::App& app) {
       exit_status() = 1;
     };
     if (res.ranked.empty()) {
-      nlohmann::json report = search::result_to_json(res, false);
-      report["spec"] = file;
-      report["target"] = target;
-      report["cache_key"] = key;
-      report["config"] = cfg.to_json();
+      nlohmann::json report = base_report();
       ship_nothing(
           "every candidate, the spec's own kernel graph included, failed the verifier or the float "
           "check (uniform and std-1 normal inputs, f16/bf16 storage as the GPU keeps it)",
@@ -297,11 +303,7 @@ void add_optimize(CLI::App& app) {
         fails += fmt::format("\n  model #{} {}{}: {}: {}", p.model_rank,
                              p.candidate.is_spec ? "(spec) " : "", p.candidate.fingerprint,
                              search::profile_status_name(p.m.status), p.m.error);
-      nlohmann::json report = search::result_to_json(res, false);
-      report["spec"] = file;
-      report["target"] = target;
-      report["cache_key"] = key;
-      report["config"] = cfg.to_json();
+      nlohmann::json report = base_report();
       report["profile"] = search::profile_to_json(*prof_res);
       ship_nothing("no candidate passed the GPU check (uniform and std-1 normal inputs):" + fails,
                    report);
@@ -312,12 +314,7 @@ void add_optimize(CLI::App& app) {
     for (size_t i = 0; i < res.ranked.size(); ++i)
       write_file_text(fmt::format("{}/candidates/{}_{}.mugraph.json", out_dir, i + 1, spec.name),
                       write_mugraph(res.ranked[i].graph));
-    nlohmann::json report = search::result_to_json(res, false);
-    report["spec"] = file;
-    report["target"] = target;
-    report["cache_key"] = key;
-    report["from_cache"] = res.from_cache;
-    report["config"] = cfg.to_json();
+    nlohmann::json report = base_report();
     nlohmann::json pj = {{"mode", mode}, {"profiled", plan.on}};
     if (!plan.on) {
       pj["reason"] = plan.reason;
