@@ -645,6 +645,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
                 "time budget is spent";
     r.failed_check = "float_check";
     r.detail = c.verdict;
+    r.needs_float_check = true;
     return r;
   }
   if (config.float_check && float_check) {
@@ -691,8 +692,9 @@ int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig&
   int failed = 0;
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     Candidate& c = r.ranked[i];
-    const bool float_too = i == 0 || c.is_spec || c.float_checked;
-    if (!check_candidate(spec, c, config, float_too).passed) ++failed;
+    CandidateCheck chk = check_candidate(spec, c, config, i == 0 || c.is_spec);
+    if (chk.needs_float_check) chk = check_candidate(spec, c, config, true);
+    if (!chk.passed) ++failed;
   }
   return failed;
 }

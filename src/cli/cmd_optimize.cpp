@@ -193,7 +193,7 @@ void add_optimize(CLI::App& app) {
     if (!no_cache && trace_file.empty()) cached = search::cache_load(dir, key);
     if (cached) {
       // Never trust the file: check its candidates again (milliseconds for the verifier, the
-      // float check of the winner as the search ran it).
+      // float check of the winner, the spec and unbounded verdicts).
       int bad = search::recheck_cached(spec, *cached, cfg);
       if (bad > 0 || cached->ranked.empty()) {
         std::fprintf(stderr,

@@ -138,13 +138,16 @@ struct CandidateCheck {
   bool passed = false;
   std::string failed_check, detail;
   double float_seconds = 0;
+  bool needs_float_check = false;  // failed only because the verdict is unbounded and
+                                   // `float_check` was false
 };
 CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
                                bool float_check);
 
-// A result read from the cache is checked again before use, as the search checked it (the
-// verifier for every ranked candidate; the float check for the first, the spec and those that
-// had one): a cache file can be edited, damaged or copied under another key. Returns how many
+// A result read from the cache is checked again before use: the verifier for every ranked
+// candidate (milliseconds), the float check for the first, the spec and unbounded verdicts, which
+// need it (the rest are then marked not float-checked: the profiler's GPU check vouches for
+// them). A cache file can be edited, damaged or copied under another key. Returns how many
 // candidates failed; the caller then searches again instead of using the entry.
 int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig& config);
 
