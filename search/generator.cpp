@@ -521,20 +521,24 @@ std::string Schedule::str(const PGraph& g) const {
 }
 
 GroupIO group_io(const PGraph& g, const std::vector<int>& group) {
-  std::set<int> in(group.begin(), group.end());
+  // One pass over the graph's edges (not one per group member): a 5,000-node chain asks this of
+  // thousands of groups, and the per-member scan made it quadratic per call.
+  const size_t n = g.nodes.size();
+  std::vector<char> in(n, 0), seen(n, 0), read_outside(n, 0);
+  for (int x : group) in[x] = 1;
   GroupIO io;
-  std::set<int> seen;
   for (int x : group)
     for (int i : g.nodes[x].inputs)
-      if (!in.count(i) && !g.is_const(i) && seen.insert(i).second) io.inputs.push_back(i);
-  for (int x : group) {
-    bool out = std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end();
-    for (size_t u = 0; u < g.nodes.size() && !out; ++u)
-      if (!in.count(static_cast<int>(u)))
-        for (int i : g.nodes[u].inputs)
-          if (i == x) out = true;
-    if (out) io.outputs.push_back(x);
-  }
+      if (!in[i] && !g.is_const(i) && !seen[i]) {
+        seen[i] = 1;
+        io.inputs.push_back(i);
+      }
+  for (int o : g.outputs) read_outside[o] = 1;
+  for (size_t u = 0; u < n; ++u)
+    if (!in[u])
+      for (int i : g.nodes[u].inputs) read_outside[i] = 1;
+  for (int x : group)
+    if (read_outside[x]) io.outputs.push_back(x);
   return io;
 }
 

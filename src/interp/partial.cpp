@@ -2,6 +2,9 @@
 // graph-defined kernels, a set of output rows depends on (see plan_rows in eval_core.h).
 #include <algorithm>
 #include <array>
+#include <map>
+#include <set>
+#include <utility>
 
 #include "kiln/interp/eval_core.h"
 #include "kiln/ir/diag.h"
@@ -173,18 +176,29 @@ class Planner {
     throw InternalError(fmt::format("plan_rows: unexpected op {}", op_name(op.kind)));
   }
 
-  // The rows of a device tensor covered by a box [lo_d, hi_d) over its dims.
+  // The rows of a device tensor covered by a box [lo_d, hi_d) over its dims, as runs of
+  // consecutive rows: f(first, end) for each run along the last leading dim (the caller's work
+  // per run is a prefix-sum lookup or a fill, not a loop over its rows).
   template <class F>
-  static void for_box_rows(const Shape& s, const Index& lo, const Index& hi, F&& f) {
+  static void for_box_runs(const Shape& s, const Index& lo, const Index& hi, F&& f) {
     const int lead = static_cast<int>(s.size()) - 1;
-    if (lead <= 0) return f(int64_t(0));
+    if (lead <= 0) return f(int64_t(0), int64_t(1));
+    const Shape ls = lead_shape(s);
+    const int last = lead - 1;
+    // A partial tile's box may reach past the tensor: its rows there do not exist.
+    Index end = hi;
+    for (int d = 0; d < lead; ++d) {
+      end[d] = std::min(hi[d], s[d]);
+      if (end[d] <= lo[d]) return;
+    }
     Index i = lo;
     while (true) {
       Index full{};
       for (int d = 0; d < lead; ++d) full[d] = i[d];
-      f(ravel(full, lead_shape(s)));
-      int d = lead - 1;
-      while (d >= 0 && ++i[d] == hi[d]) i[d] = lo[d], --d;
+      const int64_t first = ravel(full, ls);
+      f(first, first + (end[last] - lo[last]));
+      int d = last - 1;
+      while (d >= 0 && ++i[d] == end[d]) i[d] = lo[d], --d;
       if (d < 0) return;
     }
   }
@@ -206,6 +220,17 @@ class Planner {
         geo[i] = TileGeometry(bg, bg.ops[i]);
     const int64_t nb = bg.num_blocks();
     std::vector<uint8_t> blocks(nb, 0);
+    std::vector<std::set<std::pair<Index, Index>>> marked(bg.ops.size());
+    // Prefix counts of the outputs' masks (fixed while this kernel is planned: its outputs are
+    // not its inputs), so that a block's hit test costs one lookup per run of rows.
+    std::map<int, std::vector<int64_t>> prefixes;
+    auto prefix = [&](int t) -> const std::vector<int64_t>& {
+      auto it = prefixes.find(t);
+      if (it != prefixes.end()) return it->second;
+      std::vector<int64_t> p(mask_[t].size() + 1, 0);
+      for (size_t r = 0; r < mask_[t].size(); ++r) p[r + 1] = p[r] + (mask_[t][r] != 0);
+      return prefixes.emplace(t, std::move(p)).first->second;
+    };
     bool all = true;
     for (int64_t b = 0; b < nb; ++b) {
       int64_t g[3] = {0, 0, 0};
@@ -221,7 +246,9 @@ class Planner {
         if (mask_[t].empty()) continue;
         Index lo{}, hi{};
         block_box(geo[i], g, lo, hi);
-        for_box_rows(g_.tensor(t).shape, lo, hi, [&](int64_t r) { hit |= mask_[t][r] != 0; });
+        const std::vector<int64_t>& pre = prefix(t);
+        for_box_runs(g_.tensor(t).shape, lo, hi,
+                     [&](int64_t a, int64_t e) { hit |= pre[e] > pre[a]; });
       }
       blocks[b] = hit;
       all &= hit;
@@ -232,8 +259,12 @@ class Planner {
         const int t = op.inputs[bo.io];
         Index lo{}, hi{};
         block_box(geo[i], g, lo, hi);
+        // Blocks along the grid dims an input does not depend on read the same box (every row
+        // block of a GEMM reads all of W's K rows): mark each distinct box once.
+        if (!marked[i].insert({lo, hi}).second) continue;
         RowMask& m = mask(t);
-        for_box_rows(g_.tensor(t).shape, lo, hi, [&](int64_t r) { m[r] = 1; });
+        for_box_runs(g_.tensor(t).shape, lo, hi,
+                     [&](int64_t a, int64_t e) { std::fill(m.begin() + a, m.begin() + e, 1); });
       }
     }
     if (all) blocks.clear();
