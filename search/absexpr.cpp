@@ -107,8 +107,12 @@ AbsExpr make(AbsKind kind, int64_t count, double value, std::string name,
   uint64_t h = mix(static_cast<uint64_t>(kind) + 1, static_cast<uint64_t>(count));
   h = mix(h, std::bit_cast<uint64_t>(value));
   h = mix(h, hash_string(name));
-  for (const AbsNode* a : args) h = mix(h, a->hash);
-  AbsNode proto{kind, 0, h, count, value, std::move(name), std::move(args)};
+  uint32_t depth = 1;
+  for (const AbsNode* a : args) {
+    h = mix(h, a->hash);
+    depth = std::max(depth, a->depth + 1);
+  }
+  AbsNode proto{kind, 0, h, count, value, std::move(name), std::move(args), depth};
   return AbsExpr(pool().intern(std::move(proto)));
 }
 

@@ -478,33 +478,61 @@ std::vector<int> canonical_order(const PGraph& g) {
   return order;
 }
 
+std::vector<std::vector<size_t>> enumerate_partition_cuts(const PGraph& g,
+                                                          const std::vector<int>& order,
+                                                          int max_groups) {
+  std::vector<std::vector<size_t>> out;
+  const size_t n = order.size();
+  if (n == 0 || max_groups < 1) return out;
+  size_t cuts = n - 1;
+  if (cuts > 20) cuts = 20;  // bounded: graphs this large are split at the first 20 gaps only
+  // A partial and its combine must not share a group: positions of each such pair in `order`.
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> pos(g.nodes.size(), kNone);
+  for (size_t i = 0; i < n; ++i) pos[order[i]] = i;
+  std::vector<std::pair<size_t, size_t>> pairs;
+  for (int x : order)
+    if (g.nodes[x].combine && pos[g.nodes[x].inputs[0]] != kNone)
+      pairs.push_back({pos[g.nodes[x].inputs[0]], pos[x]});
+  for (uint64_t mask = 0; mask < (uint64_t(1) << cuts); ++mask) {
+    if (std::popcount(mask) + 1 > max_groups) continue;
+    std::vector<size_t> at;  // a cut at i: a new group starts at order[i]
+    for (size_t c = 0; c < cuts; ++c)
+      if ((mask >> c) & 1) at.push_back(c + 1);
+    bool ok = true;
+    for (auto [a, b] : pairs) {
+      // Same group: no cut in (min, max].
+      const size_t lo = std::min(a, b), hi = std::max(a, b);
+      ok &=
+          std::upper_bound(at.begin(), at.end(), lo) == std::upper_bound(at.begin(), at.end(), hi);
+    }
+    if (ok) out.push_back(std::move(at));
+  }
+  // Fewest kernels first: the search meets the fused candidates early.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  return out;
+}
+
+Partition partition_at(const std::vector<int>& order, const std::vector<size_t>& cuts) {
+  Partition p;
+  p.groups.emplace_back();
+  size_t next = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (next < cuts.size() && cuts[next] == i) {
+      p.groups.emplace_back();
+      ++next;
+    }
+    p.groups.back().push_back(order[i]);
+  }
+  return p;
+}
+
 std::vector<Partition> enumerate_partitions(const PGraph& g, int max_groups) {
   std::vector<int> order = canonical_order(g);
   std::vector<Partition> out;
-  size_t n = order.size();
-  if (n == 0) return out;
-  size_t cuts = n - 1;
-  if (cuts > 20) cuts = 20;  // bounded: graphs this large are split at the first 20 gaps only
-  for (uint64_t mask = 0; mask < (uint64_t(1) << cuts); ++mask) {
-    if (std::popcount(mask) + 1 > max_groups) continue;
-    Partition p;
-    p.groups.emplace_back();
-    for (size_t i = 0; i < n; ++i) {
-      if (i > 0 && i - 1 < cuts && (mask >> (i - 1)) & 1) p.groups.emplace_back();
-      p.groups.back().push_back(order[i]);
-    }
-    bool ok = true;
-    for (const auto& grp : p.groups) {
-      std::set<int> in(grp.begin(), grp.end());
-      for (int x : grp)
-        if (g.nodes[x].combine && in.count(g.nodes[x].inputs[0])) ok = false;
-    }
-    if (ok) out.push_back(std::move(p));
-  }
-  // Fewest kernels first: the search meets the fused candidates early.
-  std::stable_sort(out.begin(), out.end(), [](const Partition& a, const Partition& b) {
-    return a.groups.size() < b.groups.size();
-  });
+  for (const auto& cuts : enumerate_partition_cuts(g, order, max_groups))
+    out.push_back(partition_at(order, cuts));
   return out;
 }
 
@@ -859,6 +887,16 @@ std::shared_ptr<const BlockGraph> emit_fused(const std::vector<int64_t>& grid, i
     } else {
       absorbed[i] = users[i].size() == 1 && is_elementwise(ops[users[i][0]].kind);
     }
+  }
+  // The size of each fused tree, counted forwards (the trees are gathered recursively below;
+  // a 70,000-op chain overflowed the stack before the builder could refuse it).
+  std::vector<int64_t> tree_ops(n_ops, 1);
+  for (size_t i = 0; i < n_ops; ++i) {
+    for (int k : ops[i].in)
+      if (absorbed[k]) tree_ops[i] += tree_ops[k];
+    if (tree_ops[i] > kMaxThreadOps && !absorbed[i])
+      throw LowerError{LowerFailure::Ops, fmt::format("a fused chain of {} thread ops (limit {})",
+                                                      tree_ops[i], kMaxThreadOps)};
   }
   // Emission.
   BlockGraphBuilder bb(grid, block_threads, loop, descs);

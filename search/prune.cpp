@@ -105,12 +105,24 @@ struct Pruner::Impl {
   std::unique_ptr<detail::Z3Prover> z3;  // created on the first query that needs it
   std::unordered_map<CacheKey, Answer, CacheKeyHash> cache;
   PrunerStats stats;
+  bool too_deep = false;  // some root is deeper than opt.max_depth: every answer is Unknown
+
+  // Unknown without looking, for expressions the recursive passes must not walk.
+  bool out_of_depth(std::initializer_list<AbsExpr> es) const {
+    if (too_deep) return true;
+    for (AbsExpr e : es)
+      if (e.depth() > opt.max_depth) return true;
+    return false;
+  }
 
   Impl(std::vector<AbsExpr> r, const PrunerOptions& o)
       : opt(o), roots(std::move(r)), canon(o), atoms(o), poly(o) {
     KILN_ASSERT(!roots.empty(), "a pruner needs at least one root");
-    for (AbsExpr e : roots) KILN_ASSERT(!e.null(), "null root");
-    if (opt.fast_path) {
+    for (AbsExpr e : roots) {
+      KILN_ASSERT(!e.null(), "null root");
+      too_deep |= e.depth() > opt.max_depth;
+    }
+    if (opt.fast_path && !too_deep) {
       known = std::make_unique<detail::KnownSubexprs>(canon, roots, opt.max_closure);
       stats.closure_size = known->size();
       for (AbsExpr e : roots) poly.add_root(e);
@@ -278,12 +290,14 @@ Pruner::~Pruner() = default;
 
 Answer Pruner::query(AbsExpr e) {
   KILN_ASSERT(!e.null(), "query of a null expression");
+  if (impl_->out_of_depth({e})) return {};
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->cached({Query::Roots, e.id(), 0}, [&] { return impl_->roots_query(e); });
 }
 
 Answer Pruner::subexpr(AbsExpr a, AbsExpr b) {
   KILN_ASSERT(!a.null() && !b.null(), "subexpr of a null expression");
+  if (impl_->out_of_depth({a, b})) return {};
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->cached({Query::Subexpr, a.id(), b.id()},
                        [&] { return impl_->subexpr_query(a, b); });
@@ -291,6 +305,7 @@ Answer Pruner::subexpr(AbsExpr a, AbsExpr b) {
 
 Answer Pruner::equivalent(AbsExpr a, AbsExpr b) {
   KILN_ASSERT(!a.null() && !b.null(), "equivalent of a null expression");
+  if (impl_->out_of_depth({a, b})) return {};
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->cached({Query::Equivalent, a.id(), b.id()},
                        [&] { return impl_->equivalent_query(a, b); });

@@ -44,6 +44,7 @@ const char* stop_reason_name(StopReason r) {
 nlohmann::json SearchConfig::to_json() const {
   return {{"arch", target_for(arch).name},
           {"time_limit_s", time_limit_s},
+          {"check_share", check_share},
           {"max_states", max_states},
           {"max_memory_mb", max_memory_mb},
           {"seed", seed},
@@ -154,19 +155,19 @@ struct Shared {
     int expect = -1;
     stop.compare_exchange_strong(expect, static_cast<int>(r));
   }
-  // Counts a state; checks the limits every so often.
+  // Counts a state and checks the limits.
   void count_state() { add_states(1); }
-  // Counts k states at once (the enumerator's, without a trace); the periodic checks run when
-  // the count crosses a multiple of 256 (memory: 4096), as if counted one by one.
+  // Counts k states at once (the enumerator's, without a trace). The clock is read on every call
+  // (tens of nanoseconds; one state of a large graph costs milliseconds, so a count-based check
+  // let a 1,000-node chain run twice its limit); memory is read when the count crosses a
+  // multiple of 4096 (it reads /proc), progress at most every 100 ms.
   void add_states(int64_t k) {
     int64_t n = states += k;
     if (n >= config->max_states) halt(StopReason::StateLimit);
-    if ((n >> 8) != ((n - k) >> 8)) {
-      if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
-      if ((n >> 12) != ((n - k) >> 12) && rss_mb() > config->max_memory_mb)
-        halt(StopReason::MemoryLimit);
-      report("generate", 0);
-    }
+    if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
+    if ((n >> 12) != ((n - k) >> 12) && rss_mb() > config->max_memory_mb)
+      halt(StopReason::MemoryLimit);
+    report("generate", 0);
   }
   void add_pruned(const std::string& why, int64_t n = 1) {
     std::lock_guard<std::mutex> l(pruned_mu);
@@ -247,8 +248,11 @@ class BranchRunner {
           return std::move(out_);
         }
     }
-    std::vector<Partition> parts = enumerate_partitions(v_, cfg_.max_kernels);
-    for (size_t pi = 0; pi < parts.size() && !sh_.stopped(); ++pi) run_partition(parts[pi]);
+    const std::vector<int> order = canonical_order(v_);
+    const std::vector<std::vector<size_t>> cuts =
+        enumerate_partition_cuts(v_, order, cfg_.max_kernels);
+    for (size_t pi = 0; pi < cuts.size() && !sh_.stopped(); ++pi)
+      run_partition(partition_at(order, cuts[pi]));
     return std::move(out_);
   }
 
@@ -257,6 +261,7 @@ class BranchRunner {
   // parent is the root, marked -2).
   void event(int64_t id, int64_t parent, const char* kind, const char* ev, std::string reason,
              std::string detail, double cost_us = -1) {
+    if (!tracing()) return;  // a 100,000-node spec's events held ~1 GB of group names
     out_.events.push_back(
         {id, parent, kind, ev, std::move(reason), std::move(detail), cost_us, sh_.elapsed()});
   }
@@ -280,7 +285,11 @@ class BranchRunner {
     note(id, kind, "pruned", why, std::move(detail));
   }
 
+  // Events are kept for the trace only (the enumerator records its states for the same reason).
+  bool tracing() const { return cfg_.enumerate_opts.record_states; }
+
   std::string group_str(const std::vector<int>& grp) const {
+    if (!tracing()) return {};
     std::vector<std::string> names;
     for (int x : grp) names.push_back(v_.nodes[x].name);
     return fmt::format("{{{}}}", fmt::join(names, ", "));
@@ -601,7 +610,7 @@ std::vector<int64_t> launch_shape(const Candidate& c) {
 }
 
 CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
-                               bool float_check) {
+                               bool float_check, const Deadline& deadline) {
   CandidateCheck r;
   bool unbounded = false;
   std::string line;
@@ -611,6 +620,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
     verifier::VerifyOptions vo;
     vo.seed = config.seed;
     vo.threads = config.threads;
+    vo.deadline = deadline;
     verifier::Verdict v;
     try {
       v = verifier::verify(spec, c.graph, vo);
@@ -626,6 +636,10 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
                              v.scaled ? ", scaled" : "")
                : fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome),
                              v.bound, v.trials, v.scaled ? ", scaled" : "");
+    if (v.cut) {
+      line = fmt::format("not verified: the time limit passed ({} trials)", v.trials);
+      r.cut = "verifier";
+    }
     if (!v.equivalent()) {
       c.verdict = line;
       r.failed_check = "verifier";
@@ -658,19 +672,23 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
       r.detail = c.verdict;
       return r;
     }
+    fo.deadline = deadline;
     verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
     r.float_seconds = fc.seconds;
+    if (fc.cut) r.cut = "float_check";
     if (!fc.ok) {
       c.verdict = line + "; float check FAILED: " + fc.failures();
       r.failed_check = "float_check";
       r.detail = fc.summary();
       return r;
     }
-    line += fc.skipped ? "; float check skipped (too costly on the CPU)"
-                       : fmt::format("; float check ok ({}{}{})",
-                                     unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
-                                     fc.exempt.empty() ? "" : "; exempt: ",
-                                     fmt::format("{}", fmt::join(fc.exempt, ", ")));
+    line += fc.cut ? "; float check skipped (the time limit)"
+            : fc.skipped
+                ? "; float check skipped (too costly on the CPU)"
+                : fmt::format("; float check ok ({}{}{})",
+                              unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
+                              fc.exempt.empty() ? "" : "; exempt: ",
+                              fmt::format("{}", fmt::join(fc.exempt, ", ")));
     // An unbounded verdict stands only on a float check that ran.
     if (unbounded && fc.skipped) {
       c.verdict = line;
@@ -690,11 +708,12 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
 
 int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig& config) {
   int failed = 0;
+  const Deadline deadline = Deadline::in(std::max(0.0, config.time_limit_s - config.reserve_s));
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     Candidate& c = r.ranked[i];
-    CandidateCheck chk = check_candidate(spec, c, config, i == 0 || c.is_spec);
-    if (chk.needs_float_check) chk = check_candidate(spec, c, config, true);
-    if (!chk.passed) ++failed;
+    CandidateCheck chk = check_candidate(spec, c, config, i == 0 || c.is_spec, deadline);
+    if (chk.needs_float_check) chk = check_candidate(spec, c, config, true, deadline);
+    if (!chk.passed || (i == 0 && chk.cut == "float_check")) ++failed;
   }
   return failed;
 }
@@ -703,7 +722,10 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
                         const ProgressFn& progress) {
   Shared sh;
   sh.start = Clock::now();
-  sh.deadline = sh.start + std::chrono::microseconds(int64_t(config.time_limit_s * 1e6));
+  const double check_share = std::clamp(config.check_share, 0.0, 0.9);
+  const double own_s = std::max(0.0, config.time_limit_s - config.reserve_s);
+  sh.deadline = sh.start + std::chrono::microseconds(int64_t(own_s * (1 - check_share) * 1e6));
+  const Deadline hard{sh.start + std::chrono::microseconds(int64_t(own_s * 1e6))};
   sh.config = &config;
   sh.progress = &progress;
   const Target& target = target_for(config.arch);
@@ -778,6 +800,13 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   });
   st.generate_s = sh.elapsed();
   if (sh.stopped()) res.stop = static_cast<StopReason>(sh.stop.load());
+  if (res.stop == StopReason::TimeLimit)
+    res.cut.push_back(
+        fmt::format("generation: stopped at {:.2f} s, its share ({:.0f}%) of the {:g} s limit{}",
+                    st.generate_s, 100 * (1 - check_share), config.time_limit_s,
+                    config.reserve_s > 0
+                        ? fmt::format(" less {:.2f} s for parsing and writing", config.reserve_s)
+                        : std::string()));
 
   // Merge in variant order; renumber trace ids.
   std::vector<Candidate> cands;
@@ -844,8 +873,13 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // it is not ranked either). Once a candidate is ranked, the rest of the top K are float-checked
   // while the budget lasts; past it they are ranked unchecked and marked so (the profiler's GPU
   // check is then their check), except unbounded verdicts, which check_candidate refuses.
+  //
+  // All of it stops at the time limit (`hard`). Past it, with nothing ranked, only the spec is
+  // still checked (its verdict needs no verifier; a float check cut by the limit is skipped), so
+  // that a run out of time ships the spec's own kernels rather than nothing or something
+  // unchecked; every other candidate left is counted as cut.
   const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
-  int float_failures = 0;
+  int float_failures = 0, not_checked = 0, cut_verifier = 0, cut_float = 0;
   double float_failure_s = 0, float_check_s = 0;
   for (Candidate& c : uniq) {
     if (static_cast<int>(res.ranked.size()) >= config.top_k) break;
@@ -853,13 +887,24 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       st.pruned["not float-checked (failure budget spent)"]++;
       continue;
     }
-    if (have_winner && Clock::now() >= sh.deadline) {
+    if (hard.passed() && (have_winner || !c.is_spec)) {
       if (res.stop == StopReason::Exhausted) res.stop = StopReason::TimeLimit;
-      break;
+      if (have_winner) break;
+      ++not_checked;
+      continue;
     }
     // The first candidate ranked and the spec are always float-checked.
     CandidateCheck chk = check_candidate(
-        spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s);
+        spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s, hard);
+    if (!chk.cut.empty()) ++(chk.cut == "verifier" ? cut_verifier : cut_float);
+    // The first candidate ranked ships: its float check must have run. One the time limit cut
+    // is not ranked first (a run whose limit is too short for any check ships nothing).
+    if (chk.passed && !have_winner && chk.cut == "float_check") {
+      chk.passed = false;
+      chk.failed_check = "float_check";
+      c.verdict += "; not ranked first: the winner needs a float check that ran";
+      chk.detail = c.verdict;
+    }
     float_check_s += chk.float_seconds;
     if (!chk.passed) {
       if (chk.failed_check == "float_check") ++float_failures, float_failure_s += chk.float_seconds;
@@ -880,6 +925,17 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     sh.report("verify", st.verified);
   }
   st.verify_s = std::chrono::duration<double>(Clock::now() - tv).count();
+  if (not_checked > 0 || (hard.passed() && static_cast<int>(res.ranked.size()) < config.top_k))
+    res.cut.push_back(fmt::format(
+        "ranking: stopped at the {:g} s limit with {} of {} candidates ranked{}",
+        config.time_limit_s, res.ranked.size(), config.top_k,
+        not_checked ? fmt::format(" ({} passed over unchecked to reach the spec)", not_checked)
+                    : std::string()));
+  if (cut_verifier > 0)
+    res.cut.push_back(fmt::format("verifier: {} candidate(s) not verified in time", cut_verifier));
+  if (cut_float > 0)
+    res.cut.push_back(
+        fmt::format("float check: skipped for {} candidate(s) by the time limit", cut_float));
   st.states = sh.states.load();
   st.elapsed_s = sh.elapsed();
   if (pruner) st.pruner = pruner->stats().str();
@@ -910,6 +966,7 @@ nlohmann::json result_to_json(const SearchResult& r, bool with_graphs) {
   nlohmann::json rej = nlohmann::json::array();
   for (const Candidate& c : r.rejected) rej.push_back(one(c, 0));
   return {{"stop_reason", stop_reason_name(r.stop)},
+          {"cut", r.cut},
           {"statistics", r.stats.to_json()},
           {"ranked", cs},
           {"rejected", rej}};
@@ -921,6 +978,7 @@ SearchResult result_from_json(const nlohmann::json& j) {
   for (StopReason x : {StopReason::Exhausted, StopReason::TimeLimit, StopReason::StateLimit,
                        StopReason::MemoryLimit})
     if (s == stop_reason_name(x)) r.stop = x;
+  r.cut = j.value("cut", std::vector<std::string>{});
   const nlohmann::json& st = j.at("statistics");
   r.stats.states = st.value("states", int64_t(0));
   r.stats.variants = st.value("variants", int64_t(0));

@@ -80,7 +80,7 @@ struct Sampling {
 // mandatory rows). Rows that share their tiles with chosen ones come almost free.
 std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const KernelGraph& b,
                                               int64_t want, double budget, uint64_t seed,
-                                              size_t mandatory = 1) {
+                                              size_t mandatory = 1, const Deadline& deadline = {}) {
   const size_t n = a.outputs.size();
   std::vector<std::vector<int64_t>> cand(n), sel(n);
   for (size_t i = 0; i < n; ++i) {
@@ -96,6 +96,7 @@ std::vector<std::vector<int64_t>> choose_rows(const KernelGraph& a, const Kernel
     sel[i].assign(cand[i].begin(), cand[i].begin() + std::min(mandatory, cand[i].size()));
   }
   auto cost = [&](const std::vector<std::vector<int64_t>>& rows) {
+    deadline.check();  // each plan is linear in the graphs: large graphs take milliseconds
     return estimate_work(a, interp::plan_rows(a, rows)) +
            estimate_work(b, interp::plan_rows(b, rows));
   };
@@ -222,6 +223,11 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
       v.outcome = Outcome::Inconclusive;
       break;
     }
+    if (opt.deadline.passed()) {
+      v.outcome = Outcome::Inconclusive;
+      v.cut = true;
+      break;
+    }
     const uint64_t seed = trial_seed(opt.seed, i);
     const size_t pair = static_cast<size_t>(i) % prime_pairs().size();
     std::atomic<uint64_t> zero_divs{0};
@@ -238,7 +244,8 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     };
     auto run = [&](const FieldDomain& dom, const KernelGraph& g, const Sampling& smp, bool first) {
       return interp::evaluate_graph(dom, g, inputs_for(g, dom, make),
-                                    smp.active ? (first ? &smp.plan_a : &smp.plan_b) : nullptr);
+                                    smp.active ? (first ? &smp.plan_a : &smp.plan_b) : nullptr, {},
+                                    opt.deadline);
     };
     auto oa = run(d, *ga, s, true);
     auto ob = run(d, *gb, s, false);
@@ -347,11 +354,20 @@ void check_compatible(const KernelGraph& a, const KernelGraph& b) {
 
 Verdict verify(const KernelGraph& a, const KernelGraph& b, const VerifyOptions& opt) {
   check_compatible(a, b);
-  if (opt.threads > 0) {
-    tbb::task_arena arena(opt.threads);
-    return arena.execute([&] { return verify_impl(a, b, opt); });
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (opt.threads > 0) {
+      tbb::task_arena arena(opt.threads);
+      return arena.execute([&] { return verify_impl(a, b, opt); });
+    }
+    return verify_impl(a, b, opt);
+  } catch (const DeadlinePassed&) {  // inside a trial: no verdict
+    Verdict v;
+    v.seed = opt.seed;
+    v.cut = true;
+    v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return v;
   }
-  return verify_impl(a, b, opt);
 }
 
 std::string Verdict::summary() const {
@@ -362,6 +378,8 @@ std::string Verdict::summary() const {
     if (scaled) s += fmt::format(" (scaled instance: {})", index_str(scaled_element));
     s += fmt::format("\n  seed {} (trial seed {:#018x}, prime pair {}), after {} trial(s)\n", seed,
                      failing_seed, failing_pair, trials);
+  } else if (outcome == Outcome::Inconclusive && cut) {
+    s += fmt::format("inconclusive: the time limit passed after {} trial(s)\n", trials);
   } else if (outcome == Outcome::Inconclusive) {
     s += fmt::format(
         "inconclusive: {} of {} trials hit a zero divisor in the field (a division by something "
@@ -413,6 +431,10 @@ std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const I
   return in;
 }
 
+void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
+                const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
+                EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc);
+
 }  // namespace
 
 FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
@@ -433,32 +455,64 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
     sets.push_back({"positive", 1, 1});
     sets.push_back({"mixed signs", 1, 2});
   }
+  // The time left buys so much work at an assumed rate (element operations per second and
+  // thread; the interpreter's is 1-3x this on elementwise chains and GEMM tiles). Each input set
+  // evaluates both graphs once.
+  constexpr double kRatePerThread = 5e7;
+  const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
+  const double affordable =
+      opt.deadline.remaining_s() * kRatePerThread * threads / static_cast<double>(sets.size());
+  const double max_work = std::min(opt.max_work, affordable);
+  const double max_sampled_work = std::min(opt.max_sampled_work, affordable);
+  auto skip = [&](bool cut) {
+    fc.skipped = true;
+    fc.cut = cut;
+    fc.ok = true;
+    return done();
+  };
   // Rows: every row when cheap; else the first, the last and a random row of every output (fewer
   // only if those alone are too costly), then more while cheap.
-  const double work = std::max(estimate_work(spec), estimate_work(cand));
+  const double work = estimate_work(spec) + estimate_work(cand);
   std::vector<std::vector<int64_t>> rows;
-  if (work > opt.max_work) {
+  if (std::max(estimate_work(spec), estimate_work(cand)) > opt.max_work || work > affordable) {
     fc.sampled = true;
-    for (size_t mandatory : {3, 2, 1}) {
-      rows = choose_rows(spec, cand, std::max<int64_t>(opt.rows, 3), opt.max_work, seed, mandatory);
-      fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
-                estimate_work(cand, interp::plan_rows(cand, rows));
-      if (fc.work <= opt.max_sampled_work) break;
+    try {
+      for (size_t mandatory : {3, 2, 1}) {
+        rows = choose_rows(spec, cand, std::max<int64_t>(opt.rows, 3), max_work, seed, mandatory,
+                           opt.deadline);
+        fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
+                  estimate_work(cand, interp::plan_rows(cand, rows));
+        if (fc.work <= max_sampled_work) break;
+      }
+    } catch (const DeadlinePassed&) {
+      return skip(true);
     }
-    if (fc.work > opt.max_sampled_work) {
-      fc.skipped = true;
-      fc.ok = true;
-      return done();
-    }
+    if (fc.work > max_sampled_work) return skip(fc.work <= opt.max_sampled_work);
   } else {
     fc.work = work;
   }
   EvalOptions es, ec;
   es.threads = ec.threads = opt.threads;
+  es.deadline = ec.deadline = opt.deadline;
   es.precision = Precision::F64;
   ec.precision = opt.candidate_f32 ? Precision::F32 : Precision::F64;
   if (opt.candidate_f32) ec.operand_rounding = opt.operand_rounding;
   fc.ok = true;
+  try {
+    check_sets(spec, cand, seed, sets, rows, es, ec, opt, fc);
+  } catch (const DeadlinePassed&) {  // the rate was optimistic: what ran is not a check
+    fc.outputs.clear();
+    fc.exempt.clear();
+    return skip(true);
+  }
+  return done();
+}
+
+namespace {
+
+void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
+                const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
+                EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc) {
   for (const InputSet& set : sets) {
     std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), in_cand;
     for (int t : cand.inputs) {
@@ -491,8 +545,9 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
       fc.outputs.push_back(o);
     }
   }
-  return done();
 }
+
+}  // namespace
 
 std::string FloatCheck::failures() const {
   std::string s;
@@ -504,6 +559,10 @@ std::string FloatCheck::failures() const {
 }
 
 std::string FloatCheck::summary() const {
+  if (skipped && cut)
+    return fmt::format(
+        "float check skipped: the time limit left too little time for ~{:.2g} element operations",
+        work);
   if (skipped)
     return fmt::format("float check skipped: ~{:.2g} element operations even on sampled rows",
                        work);

@@ -71,11 +71,13 @@ static_assert(interp::ValueDomain<F64RangeDomain>);
 
 template <class D>
 std::vector<HostTensor> run(const D& d, const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                            const EvalPlan* plan, std::span<const OperandRounding> rounding) {
+                            const EvalPlan* plan, std::span<const OperandRounding> rounding,
+                            const Deadline& deadline) {
   using V = typename D::V;
   std::vector<Tensor<V>> in;
   for (const HostTensor& h : inputs) in.push_back(to_domain<V>(h));
-  std::vector<Tensor<V>> outs = interp::evaluate_graph(d, g, std::move(in), plan, rounding);
+  std::vector<Tensor<V>> outs =
+      interp::evaluate_graph(d, g, std::move(in), plan, rounding, deadline);
   std::vector<HostTensor> res;
   for (size_t i = 0; i < outs.size(); ++i) {
     const TensorDesc& t = g.tensor(g.outputs[i]);
@@ -99,12 +101,12 @@ std::vector<HostTensor> run_precision(const KernelGraph& g, const std::vector<Ho
                                       const EvalOptions& opt, const EvalPlan* plan) {
   return with_threads(opt.threads, [&] {
     if (opt.precision == Precision::F32)
-      return run(interp::F32Domain{}, g, inputs, plan, opt.operand_rounding);
-    if (!opt.out_of_f32_range) return run(interp::F64Domain{}, g, inputs, plan, {});
+      return run(interp::F32Domain{}, g, inputs, plan, opt.operand_rounding, opt.deadline);
+    if (!opt.out_of_f32_range) return run(interp::F64Domain{}, g, inputs, plan, {}, opt.deadline);
     std::atomic<bool> out{false};
     F64RangeDomain d;
     d.out = &out;
-    auto r = run(d, g, inputs, plan, {});
+    auto r = run(d, g, inputs, plan, {}, opt.deadline);
     *opt.out_of_f32_range = out.load();
     return r;
   });

@@ -35,8 +35,9 @@ int64_t BlockGraph::num_iterations() const {
 void check_thread_graph(const ThreadGraph& tg) {
   if (tg.num_inputs < 1 || tg.num_inputs > 16)
     user_error(ErrorCode::Structure, "a thread graph takes 1 to 16 inputs, not {}", tg.num_inputs);
-  if (tg.ops.empty() || tg.ops.size() > 64)
-    user_error(ErrorCode::Structure, "a thread graph has 1 to 64 ops, not {}", tg.ops.size());
+  if (tg.ops.empty() || tg.ops.size() > static_cast<size_t>(kMaxThreadOps))
+    user_error(ErrorCode::Structure, "a thread graph has 1 to {} ops, not {}", kMaxThreadOps,
+               tg.ops.size());
   for (size_t j = 0; j < tg.ops.size(); ++j) {
     const ThreadOp& op = tg.ops[j];
     const OpInfo& info = op_info(op.kind);

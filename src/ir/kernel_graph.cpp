@@ -155,6 +155,14 @@ int KernelGraph::find_tensor(std::string_view name) const {
 }
 
 int KernelGraph::producer(int tensor_id) const {
+  if (producer_index.size() == tensors.size() && tensor_id >= 0 &&
+      tensor_id < static_cast<int>(tensors.size())) {
+    const int p = producer_index[tensor_id];
+    if (p < 0 && std::find(inputs.begin(), inputs.end(), tensor_id) != inputs.end()) return -1;
+    if (p >= 0 && p < static_cast<int>(ops.size()) &&
+        std::find(ops[p].outputs.begin(), ops[p].outputs.end(), tensor_id) != ops[p].outputs.end())
+      return p;
+  }
   for (size_t i = 0; i < ops.size(); ++i)
     for (int o : ops[i].outputs)
       if (o == tensor_id) return static_cast<int>(i);
@@ -278,6 +286,9 @@ void KernelGraphBuilder::output(int tensor_id) {
 KernelGraph KernelGraphBuilder::finish() && {
   if (g_.inputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one input");
   if (g_.outputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one output");
+  g_.producer_index.assign(g_.tensors.size(), -1);
+  for (size_t i = 0; i < g_.ops.size(); ++i)
+    for (int o : g_.ops[i].outputs) g_.producer_index[o] = static_cast<int>(i);
   return std::move(g_);
 }
 

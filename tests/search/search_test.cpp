@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 
+#include <fmt/format.h>
+
+#include "kiln/ir/json_io.h"
 #include "search_test_util.h"
 
 namespace kiln::search {
@@ -177,12 +181,48 @@ TEST(Search, StopsAtTheStateLimit) {
   EXPECT_FALSE(r.ranked.empty());
 }
 
+// With no time at all, nothing is checked, so nothing is ranked (not even the spec: its float
+// check could not run), and the result says what the limit cut.
 TEST(Search, StopsAtTheTimeLimit) {
   SearchConfig c = small_config();
   c.time_limit_s = 0;
   SearchResult r = run_search(testing::small_gated_mlp(), c);
   EXPECT_EQ(r.stop, StopReason::TimeLimit);
-  EXPECT_FALSE(r.ranked.empty());
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_FALSE(r.rejected.empty());
+  EXPECT_TRUE(r.rejected.back().is_spec);
+  EXPECT_NE(r.rejected.back().verdict.find("time limit"), std::string::npos);
+  EXPECT_FALSE(r.cut.empty());
+}
+
+// A 5,000-node elementwise chain: every state of it costs milliseconds (a deadline checked every
+// 256 states ran 492 s under a 5 s limit) and the checks after the search grow with it. The
+// limit holds within 10% + 1 s, and the spec, float-checked, is ranked.
+TEST(Search, TheTimeLimitHoldsOnAFiveThousandNodeChain) {
+  std::string nodes;
+  const char* ops[] = {"exp", "neg", "relu", "sigmoid"};
+  std::string prev = "X";
+  for (int i = 0; i < 5000; ++i) {
+    std::string name = "t" + std::to_string(i);
+    nodes +=
+        (i ? "," : "") +
+        (i % 5 ? fmt::format(R"({{"name":"{}","op":"{}","inputs":["{}"]}})", name, ops[i % 4], prev)
+               : fmt::format(R"({{"name":"{}","op":"add","inputs":["{}","X"]}})", name, prev));
+    prev = name;
+  }
+  KernelGraph spec = parse_spec(fmt::format(
+      R"({{"format":"spec/1","name":"chain","inputs":[{{"name":"X","shape":[64,256],"dtype":"f16"}}],
+          "nodes":[{}],"outputs":["{}"]}})",
+      nodes, prev));
+  SearchConfig c;
+  c.time_limit_s = 5;
+  c.threads = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r = run_search(spec, c);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LE(s, 5 * 1.1 + 1);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_TRUE(r.best().float_checked);
 }
 
 TEST(Search, StopsAtTheMemoryLimit) {

@@ -15,6 +15,7 @@
 #include "kiln/interp/block_walk.h"
 #include "kiln/interp/interp.h"
 #include "kiln/interp/tensor_ops.h"
+#include "kiln/ir/deadline.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::interp {
@@ -46,11 +47,14 @@ EvalPlan plan_rows(const KernelGraph& g, const std::vector<std::vector<int64_t>>
 // With a plan, only what the plan asks is computed.
 // `rounding` (may be empty) lists matmul operands to pass through D::round_store (interp.h's
 // OperandRounding; a no-op in domains whose round_store is the identity).
+// Throws DeadlinePassed before an op once `deadline` has passed (one op's work is the caller's to
+// bound: the float check and the verifier size their samples by the time left).
 template <ValueDomain D>
 std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph& g,
                                                   std::vector<Tensor<typename D::V>> inputs,
                                                   const EvalPlan* plan = nullptr,
-                                                  std::span<const OperandRounding> rounding = {}) {
+                                                  std::span<const OperandRounding> rounding = {},
+                                                  const Deadline& deadline = {}) {
   using T = Tensor<typename D::V>;
   KILN_ASSERT(inputs.size() == g.inputs.size(), "{} inputs for {}", inputs.size(), g.inputs.size());
   const size_t nt = g.tensors.size();
@@ -73,6 +77,7 @@ std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph&
     bool needed = !plan;
     for (int t : op.outputs) needed |= plan && plan->needed[t];
     if (needed) {
+      deadline.check();
       args.clear();
       for (int t : op.inputs) args.push_back(&val[t]);
       if (op.kind == OpKind::GraphDefined) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kiln/ir/deadline.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln {
@@ -53,6 +54,8 @@ struct EvalOptions {
   // spec) is beyond the float32 range (|x| > FLT_MAX, or not finite). The range rule of the spec
   // format exempts such inputs.
   bool* out_of_f32_range = nullptr;
+  // Checked before every op: past it, evaluate() throws DeadlinePassed.
+  Deadline deadline;
 };
 
 // Evaluates g on inputs (one per g.inputs, matching shapes) and returns g's outputs in order.

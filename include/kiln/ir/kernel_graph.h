@@ -32,6 +32,11 @@ struct KernelGraph {
   std::vector<int> inputs;          // tensor ids, in order
   std::vector<int> outputs;         // tensor ids, in order (may repeat or name an input)
   std::vector<KernelOp> ops;        // topological order
+  // Per tensor: the index of the op that produces it, -1 for none; set by
+  // KernelGraphBuilder::finish so that producer() is O(1) (passes that ask it for every tensor
+  // were quadratic in a 20,000-node spec). A graph edited after building may leave it stale:
+  // producer() checks the answer and scans when it does not hold.
+  std::vector<int> producer_index;
 
   const TensorDesc& tensor(int id) const { return tensors.at(id); }
   int find_tensor(std::string_view name) const;  // -1 if none

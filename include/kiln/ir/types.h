@@ -22,6 +22,8 @@ inline constexpr int kMaxRank = 4;
 // graph is rejected as not sane (every evaluation walks every block and iteration).
 inline constexpr int64_t kMaxLoopIterations = int64_t(1) << 24;
 inline constexpr int64_t kMaxBlockIterations = int64_t(1) << 36;
+// Ops of one thread graph (a fused elementwise chain in registers).
+inline constexpr int kMaxThreadOps = 64;
 
 // A shape: up to 4 positive extents (block tiles and kernel tensors alike); [] is a scalar.
 using Shape = std::vector<int64_t>;

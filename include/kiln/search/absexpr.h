@@ -37,6 +37,7 @@ struct AbsNode {
   double value;      // Const
   std::string name;  // Input: the tensor's name; Opaque: the function's name
   std::vector<const AbsNode*> args;  // Add/Mul: 2 or more; Div: 2; Exp/Sum: 1; Opaque: 1 or 2
+  uint32_t depth = 1;                // 1 + the deepest argument's (recursive passes check it)
 };
 
 // A handle to an interned node (or null). Cheap to copy, compare and hash.
@@ -79,6 +80,7 @@ class AbsExpr {
   double value() const { return n_->value; }
   const std::string& name() const { return n_->name; }
   size_t arity() const { return n_->args.size(); }
+  uint32_t depth() const { return n_->depth; }
   AbsExpr arg(size_t i) const { return AbsExpr(n_->args.at(i)); }
   std::vector<AbsExpr> args() const;
 

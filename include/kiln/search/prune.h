@@ -53,6 +53,10 @@ struct Answer {
 };
 
 struct PrunerOptions {
+  // Expressions deeper than this are Unknown (keep) and a spec deeper than this prunes nothing:
+  // the canonical forms and the models recurse over the expression, and a 100,000-node chain
+  // overflowed the stack. Pruning only saves work, so keeping is always sound.
+  uint32_t max_depth = 2000;
   bool fast_path = true;      // the syntactic and model checks before Z3
   bool use_z3 = true;         // ask Z3 what the fast path leaves open (else Unknown)
   unsigned timeout_ms = 200;  // per Z3 query; a timeout answers Unknown (keep)

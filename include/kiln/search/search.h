@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/ir/deadline.h"
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/search/cost_model.h"
 #include "kiln/search/enumerate.h"
@@ -39,7 +40,15 @@ const char* stop_reason_name(StopReason r);
 
 struct SearchConfig {
   Arch arch = Arch::Sm90a;
+  // The whole search: generation stops at (1 - check_share) of it, and the checks that rank the
+  // candidates (verifier, float check) stop at the limit itself, so that the limit holds on any
+  // input (docs/reliability.md, "Time"). What the limit cut is listed in SearchResult::cut.
   double time_limit_s = 120;
+  double check_share = 0.25;
+  // Seconds of the limit spent or needed outside run_search (parsing before it; writing the
+  // outputs after it): the search's deadlines come that much earlier. Not part of the result's
+  // identity (to_json leaves it out).
+  double reserve_s = 0;
   int threads = 0;  // 0: all cores
   int64_t max_states = 20'000'000;
   int64_t max_memory_mb = 8192;
@@ -112,6 +121,9 @@ struct SearchResult {
   std::vector<Candidate> ranked;
   std::vector<Candidate> rejected;  // failed the verifier or the float check
   bool from_cache = false;
+  // What the time limit cut, one line each ("generation: ...", "ranking: ..."); empty when
+  // nothing was.
+  std::vector<std::string> cut;
   const Candidate& best() const { return ranked.front(); }
 };
 
@@ -140,15 +152,20 @@ struct CandidateCheck {
   double float_seconds = 0;
   bool needs_float_check = false;  // failed only because the verdict is unbounded and
                                    // `float_check` was false
+  std::string cut;                 // "verifier" or "float_check": the deadline cut that check
 };
+// Past `deadline` the verifier and the float check stop: a verifier cut short fails the
+// candidate ("verifier", the detail says the time limit), a float check cut short is skipped (the
+// candidate passes as not float-checked, except an unbounded verdict, which needs the check).
 CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
-                               bool float_check);
+                               bool float_check, const Deadline& deadline = {});
 
 // A result read from the cache is checked again before use: the verifier for every ranked
 // candidate (milliseconds), the float check for the first, the spec and unbounded verdicts, which
 // need it (the rest are then marked not float-checked: the profiler's GPU check vouches for
 // them). A cache file can be edited, damaged or copied under another key. Returns how many
 // candidates failed; the caller then searches again instead of using the entry.
+// The checks share config.time_limit_s: past it, what is left fails.
 int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig& config);
 
 nlohmann::json result_to_json(const SearchResult& r, bool with_graphs);

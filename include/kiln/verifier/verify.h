@@ -32,6 +32,9 @@ struct VerifyOptions {
   double max_work = double(1 << 20);     // element ops per graph evaluation before scaling
   double sample_work = double(1 << 24);  // ... after scaling, before sampling output rows
   int threads = 0;                       // 0: all cores (oneTBB default)
+  // Past it no further trial starts, and a running one stops between ops: the verdict is then
+  // Inconclusive with `cut` set, unless it was already Different.
+  Deadline deadline;
 };
 
 enum class Outcome : uint8_t { Equivalent, Different, Inconclusive };
@@ -58,6 +61,7 @@ struct Verdict {
   // 3, and the search accepts it only after a float check on inputs of both signs.
   bool selection_dependent = false;
   std::string dependent_graph;  // the first graph found to depend on its selections
+  bool cut = false;             // the deadline stopped the trials (outcome Inconclusive)
   uint64_t seed = 0;            // the base seed; trial i uses trial_seed(seed, i)
 
   // Where the graphs differ (outcome Different).
@@ -109,6 +113,10 @@ struct FloatCheckOptions {
   // difference that inputs of random signs almost never show.
   bool signed_inputs = false;
   int threads = 0;
+  // The rows are chosen so that the work fits the time left (at an assumed rate, see
+  // float_check); what does not fit, or is still running when the deadline passes, is skipped
+  // with `cut` set (FloatCheck::skipped, ok stays true).
+  Deadline deadline;
 };
 
 struct FloatCheck {
@@ -124,6 +132,7 @@ struct FloatCheck {
   uint64_t seed = 0;
   bool sampled = false;
   bool skipped = false;         // too costly to evaluate (see max_sampled_work); ok is true
+  bool cut = false;             // skipped because the deadline passed or would have
   double work = 0;              // estimated element operations of one evaluation pair
   std::vector<Output> outputs;  // per input set, per output
   // Input sets on which the spec's float64 reference leaves the float32 range (some op result
