@@ -189,8 +189,41 @@ void add_optimize(CLI::App& app) {
     std::string key = search::cache_key(spec, cfg);
     bool tty = isatty(fileno(stderr));
     std::optional<search::SearchResult> cached;
-    // A trace needs a real run.
-    if (!no_cache && trace_file.empty()) cached = search::cache_load(dir, key);
+    // A trace needs a real run, and never writes the cache either (it explores less in the same
+    // time): no lock, no load, no store.
+    const bool use_cache = !no_cache && trace_file.empty();
+    bool may_store = use_cache;
+    // The entry's lock, held through load, recheck, search and store: a second run of this spec
+    // waits, then takes this run's result from the cache instead of searching again.
+    FileLock entry_lock;
+    if (use_cache) {
+      entry_lock = search::lock_cache_entry(dir, key, [&] {
+        std::fprintf(stderr, "kiln: waiting for another kiln run on cache entry %s in %s ...\n",
+                     key.c_str(), dir.c_str());
+      });
+      if (!entry_lock.held())
+        std::fprintf(stderr, "kiln: cannot lock cache entry %s/%s.lock (%s); going on unlocked\n",
+                     dir.c_str(), key.c_str(), entry_lock.error().c_str());
+      search::CacheLookup found = search::cache_load(dir, key);
+      switch (found.status) {
+        case search::CacheStatus::Hit:
+          cached = std::move(found.result);
+          break;
+        case search::CacheStatus::Missing:
+          break;
+        case search::CacheStatus::NotRegular:
+          // Someone put it there: neither read nor replaced.
+          std::fprintf(stderr, "kiln: cache entry %s is not a regular file (%s); not used\n",
+                       found.path.c_str(), found.why.c_str());
+          may_store = false;
+          break;
+        case search::CacheStatus::Damaged:
+          std::fprintf(stderr,
+                       "kiln: cache entry %s is damaged (%s); searching again and replacing it\n",
+                       found.path.c_str(), found.why.c_str());
+          break;
+      }
+    }
     if (cached) {
       // Never trust the file: check its candidates again (milliseconds for the verifier, the
       // float check of the winner, the spec and unbounded verdicts).
@@ -227,9 +260,9 @@ void add_optimize(CLI::App& app) {
       if (tty) std::fprintf(stderr, "\n");
       // A result with nothing to ship is not worth keeping: the next run searches again. A traced
       // run is slower (it explores less in the same time), so it never writes the cache.
-      if (!no_cache && trace_file.empty() && !res.ranked.empty())
-        search::cache_store(dir, key, res);
+      if (may_store && !res.ranked.empty()) search::cache_store(dir, key, res);
     }
+    entry_lock.release();
     // What every report.json holds, whatever happens next.
     auto base_report = [&] {
       nlohmann::json r = search::result_to_json(res, false);
