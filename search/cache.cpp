@@ -1,13 +1,16 @@
 // The result cache (cache.h).
 #include "kiln/search/cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -30,35 +33,111 @@ std::string default_cache_dir() {
   return ".kiln-cache";
 }
 
-std::optional<SearchResult> cache_load(const std::string& dir, const std::string& key) {
-  std::string path = dir + "/" + key + ".json";
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  try {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    SearchResult r = result_from_json(nlohmann::json::parse(ss.str()));
-    r.from_cache = true;
-    return r;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+std::string cache_entry_path(const std::string& dir, const std::string& key) {
+  return dir + "/" + key + ".json";
 }
 
-void cache_store(const std::string& dir, const std::string& key, const SearchResult& r) {
+namespace {
+
+const char* special_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+CacheLookup cache_load(const std::string& dir, const std::string& key) {
+  CacheLookup l;
+  l.path = cache_entry_path(dir, key);
+  auto damaged = [&](std::string why) {
+    l.status = CacheStatus::Damaged;
+    l.why = std::move(why);
+    return l;
+  };
+  // stat (not lstat): a link to a stored result is a stored result; a link to a FIFO is a FIFO.
+  struct stat st;
+  if (::stat(l.path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return l;  // Missing
+    return damaged(std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    l.status = CacheStatus::NotRegular;
+    l.why = special_kind(st.st_mode);
+    return l;
+  }
+  // Non-blocking, in case a FIFO replaced the file since the stat; checked again once open.
+  int fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return damaged(std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    l.status = CacheStatus::NotRegular;
+    l.why = special_kind(st.st_mode);
+    return l;
+  }
+  std::string text;
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return damaged(std::string("read failed: ") + std::strerror(err));
+    }
+    text.append(buf, size_t(n));
+    if (text.size() > kMaxFileBytes) {
+      ::close(fd);
+      return damaged(fmt::format("more than {} MiB", kMaxFileBytes >> 20));
+    }
+  }
+  ::close(fd);
+  try {
+    SearchResult r = result_from_json(nlohmann::json::parse(text));
+    r.from_cache = true;
+    l.status = CacheStatus::Hit;
+    l.result = std::move(r);
+  } catch (const std::exception& e) {
+    // The parser's message can be long (it quotes the input); its first line is enough.
+    std::string what = e.what();
+    return damaged(what.substr(0, std::min<size_t>(what.find('\n'), 200)));
+  }
+  return l;
+}
+
+bool cache_store(const std::string& dir, const std::string& key, const SearchResult& r) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return;
-  std::string path = dir + "/" + key + ".json";
+  if (ec) return false;
+  std::string path = cache_entry_path(dir, key);
+  // rename() would replace a FIFO or a device at the path (and fail on a directory): leave
+  // anything that is not a regular file where it is.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return false;
   std::string tmp = fmt::format("{}.tmp{}", path, static_cast<long>(::getpid()));
   {
     std::ofstream out(tmp);
-    if (!out) return;
+    if (!out) return false;
     out << result_to_json(r, true).dump(1) << "\n";
-    if (!out) return;
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
   }
   std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  if (!ec) return true;
+  std::filesystem::remove(tmp, ec);
+  return false;
+}
+
+FileLock lock_cache_entry(const std::string& dir, const std::string& key,
+                          const std::function<void()>& on_wait) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return FileLock(dir + "/" + key + ".lock", on_wait);
 }
 
 }  // namespace kiln::search

@@ -3,6 +3,9 @@
 // DIR/candidates/ (the top K), DIR/report.json (stop reason, statistics, every ranked candidate's
 // cost and verdict), DIR/<name>.cu (the emitted CUDA of the winner) and DIR/<name>.h (its C
 // header). DIR and the --trace file's directory are created when missing, before the search.
+// The files of a run are one set, replaced as a whole and under a lock on DIR (OutputSet,
+// lock_output_dir in commands.h): report.json, written last, lists them; a run killed anywhere,
+// or a second run on DIR, never leaves a mix of two runs' files or stale candidates.
 //
 // Profiling (search/profile.h): with nvcc and a GPU here, the model's top K candidates and the
 // spec's own kernel graph are measured on the GPU and the measured winner is written instead of
@@ -174,8 +177,11 @@ void add_optimize(CLI::App& app) {
     const std::string mode = no_profile ? "off" : prof->count() > 0 ? "on" : "auto";
     ProfilePlan plan = plan_profile(mode, profile_k, nvcc);
     // Output directories before the search: a path that cannot be written fails now, not after.
-    make_dirs(out_dir + "/candidates");
     if (!trace_file.empty()) make_parent_dirs(trace_file);
+    // DIR is ours from here until the set is committed (the end of this callback): a second run
+    // writing DIR waits for it. Then the stage, which clears what killed runs left.
+    FileLock dir_lock = lock_output_dir(out_dir);
+    OutputSet outputs(out_dir, {spec.name + ".mugraph.json", spec.name + ".cu", spec.name + ".h"});
     if (plan.on)
       std::fprintf(stderr, "kiln: profiling the top %d candidates and the spec on %s (%s)\n",
                    plan.k, plan.gpu.c_str(), plan.nvcc_version.c_str());
@@ -197,8 +203,41 @@ void add_optimize(CLI::App& app) {
     std::string key = search::cache_key(spec, cfg);
     bool tty = isatty(fileno(stderr));
     std::optional<search::SearchResult> cached;
-    // A trace needs a real run.
-    if (!no_cache && trace_file.empty()) cached = search::cache_load(dir, key);
+    // A trace needs a real run, and never writes the cache either (it explores less in the same
+    // time): no lock, no load, no store.
+    const bool use_cache = !no_cache && trace_file.empty();
+    bool may_store = use_cache;
+    // The entry's lock, held through load, recheck, search and store: a second run of this spec
+    // waits, then takes this run's result from the cache instead of searching again.
+    FileLock entry_lock;
+    if (use_cache) {
+      entry_lock = search::lock_cache_entry(dir, key, [&] {
+        std::fprintf(stderr, "kiln: waiting for another kiln run on cache entry %s in %s ...\n",
+                     key.c_str(), dir.c_str());
+      });
+      if (!entry_lock.held())
+        std::fprintf(stderr, "kiln: cannot lock cache entry %s/%s.lock (%s); going on unlocked\n",
+                     dir.c_str(), key.c_str(), entry_lock.error().c_str());
+      search::CacheLookup found = search::cache_load(dir, key);
+      switch (found.status) {
+        case search::CacheStatus::Hit:
+          cached = std::move(found.result);
+          break;
+        case search::CacheStatus::Missing:
+          break;
+        case search::CacheStatus::NotRegular:
+          // Someone put it there: neither read nor replaced.
+          std::fprintf(stderr, "kiln: cache entry %s is not a regular file (%s); not used\n",
+                       found.path.c_str(), found.why.c_str());
+          may_store = false;
+          break;
+        case search::CacheStatus::Damaged:
+          std::fprintf(stderr,
+                       "kiln: cache entry %s is damaged (%s); searching again and replacing it\n",
+                       found.path.c_str(), found.why.c_str());
+          break;
+      }
+    }
     if (cached) {
       // Never trust the file: check its candidates again (milliseconds for the verifier, the
       // float check of the winner, the spec and unbounded verdicts).
@@ -235,9 +274,9 @@ void add_optimize(CLI::App& app) {
       if (tty) std::fprintf(stderr, "\n");
       // A result with nothing to ship is not worth keeping: the next run searches again. A traced
       // run is slower (it explores less in the same time), so it never writes the cache.
-      if (!no_cache && trace_file.empty() && !res.ranked.empty())
-        search::cache_store(dir, key, res);
+      if (may_store && !res.ranked.empty()) search::cache_store(dir, key, res);
     }
+    entry_lock.release();
     // What every report.json holds, whatever happens next.
     auto base_report = [&] {
       nlohmann::json r = search::result_to_json(res, false);
@@ -249,20 +288,17 @@ void add_optimize(CLI::App& app) {
       return r;
     };
     // Never ship what failed a check: with nothing ranked, keep the rejected μGraphs for
-    // inspection, write the report, and exit 1 without a winner or a .cu.
+    // inspection, write the report, and exit 1 without a winner or a .cu. The set is the report
+    // and candidates/failed_*; its commit removes an earlier run's winner files (the OutputSet
+    // owns them).
     auto ship_nothing = [&](const std::string& why, nlohmann::json report) {
-      for (const std::string& stale :
-           {out_dir + "/" + spec.name + ".mugraph.json", out_dir + "/" + spec.name + ".cu",
-            out_dir + "/" + spec.name + ".h"})
-        std::filesystem::remove(stale);
       for (size_t i = 0; i < res.rejected.size(); ++i)
-        write_file_text(
-            fmt::format("{}/candidates/failed_{}_{}.mugraph.json", out_dir, i + 1, spec.name),
-            write_mugraph(res.rejected[i].graph));
+        outputs.add(fmt::format("candidates/failed_{}_{}.mugraph.json", i + 1, spec.name),
+                    write_mugraph(res.rejected[i].graph));
       report["winner"] = nullptr;
       report["shipped"] = false;
       report["why_nothing_shipped"] = why;
-      write_file_text(out_dir + "/report.json", report.dump(2) + "\n");
+      outputs.commit(std::move(report));
       std::fprintf(stderr, "kiln: %s: NOTHING SHIPPED: %s\n", spec.name.c_str(), why.c_str());
       for (const search::Candidate& c : res.rejected)
         std::fprintf(stderr, "  %s%s: %s\n", c.is_spec ? "spec " : "", c.fingerprint.c_str(),
@@ -328,10 +364,10 @@ void add_optimize(CLI::App& app) {
       return;
     }
     const search::Candidate& best = measured ? measured->candidate : model_best;
-    write_file_text(out_dir + "/" + spec.name + ".mugraph.json", write_mugraph(best.graph));
+    outputs.add(spec.name + ".mugraph.json", write_mugraph(best.graph));
     for (size_t i = 0; i < res.ranked.size(); ++i)
-      write_file_text(fmt::format("{}/candidates/{}_{}.mugraph.json", out_dir, i + 1, spec.name),
-                      write_mugraph(res.ranked[i].graph));
+      outputs.add(fmt::format("candidates/{}_{}.mugraph.json", i + 1, spec.name),
+                  write_mugraph(res.ranked[i].graph));
     nlohmann::json report = base_report();
     nlohmann::json pj = {{"mode", mode}, {"profiled", plan.on}};
     if (!plan.on) {
@@ -366,7 +402,6 @@ void add_optimize(CLI::App& app) {
         }
     }
     report["winner"] = best.fingerprint;
-    write_file_text(out_dir + "/report.json", report.dump(2) + "\n");
     EmitOptions eo;
     eo.arch = cfg.arch;
     eo.verdict = best.verdict;
@@ -375,8 +410,9 @@ void add_optimize(CLI::App& app) {
     eo.header_file = spec.name + ".h";
     const Schedule sched =
         plan_schedule(best.graph, target_for(eo.arch), PlanOptions{eo.lowerings});
-    write_file_text(out_dir + "/" + eo.cu_file, emit_cuda(best.graph, sched, eo));
-    write_file_text(out_dir + "/" + eo.header_file, emit_header(best.graph, sched, eo));
+    outputs.add(eo.cu_file, emit_cuda(best.graph, sched, eo));
+    outputs.add(eo.header_file, emit_header(best.graph, sched, eo));
+    outputs.commit(std::move(report));  // report.json last: the set is complete
     const search::SearchStats& st = res.stats;
     std::fprintf(
         stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",

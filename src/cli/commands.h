@@ -3,9 +3,14 @@
 // 2 invalid input).
 #pragma once
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kiln/ir/file_lock.h"
 
 namespace kiln::cli {
 
@@ -36,6 +41,59 @@ CLI::Validator thread_count();
 void make_dirs(const std::string& dir);
 void make_parent_dirs(const std::string& path);
 std::string file_name(const std::string& path);
+
+// The lock of an output directory (flock on DIR/.kiln.lock), held by `kiln optimize -o DIR` from
+// before its search until its output set is committed, so two runs writing DIR take turns and
+// never mix their files. A run that finds DIR locked prints "kiln: waiting for another kiln run
+// writing DIR ..." once and blocks. UserError (exit 2) when the lock cannot be taken (the lock
+// file is not a regular file, or the file system has no flock).
+FileLock lock_output_dir(const std::string& dir);
+
+// The files of one `kiln optimize -o DIR` run, replaced as one set (docs/reliability.md, "Output
+// sets"). add() writes a file into a private stage directory, DIR/.kiln-stage-PID-N/; commit()
+// moves the set into DIR: it removes DIR/report.json first, swaps the staged candidates/ for the
+// old one, removes the previous set's files that this set lacks, renames the staged files in and
+// writes report.json last, with a "files" list (path, bytes, FNV-1a 64 of each file of the set).
+// So a DIR holding a report.json holds exactly the files it lists, all of one run; a DIR without
+// one holds no set. A run killed anywhere leaves its stage behind, and the next run removes it.
+//
+// The caller holds lock_output_dir(DIR) for the object's whole life: the constructor removes
+// every other stage directory in DIR as a leftover of a killed run.
+class OutputSet {
+ public:
+  // `replaces`: top-level files this run owns whether or not it writes them (the winner's
+  // NAME.mugraph.json, NAME.cu, NAME.h: a run that ships nothing removes them).
+  OutputSet(std::string dir, std::vector<std::string> replaces);
+  ~OutputSet();  // removes the stage unless committed
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  // Stages a file of the set. `rel`: NAME or candidates/NAME (no other directory).
+  void add(const std::string& rel, const std::string& text);
+  // Moves the staged set into DIR with `report` (plus its "files" list) as DIR/report.json.
+  void commit(nlohmann::json report);
+
+ private:
+  struct Staged {
+    std::string rel;
+    size_t bytes;
+    uint64_t fnv1a64;
+  };
+  std::string dir_, stage_;
+  std::set<std::string> replaces_;
+  std::vector<Staged> staged_;
+  bool committed_ = false;
+  void write_journal(const std::set<std::string>& names);
+};
+
+// FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3): the hash report.json
+// lists for each file of a set.
+uint64_t fnv1a64(const std::string& bytes);
+
+// The fault-injection test hook: with KILN_FAULT_KILL_AFTER_WRITES=N in the environment, the N-th
+// call raises SIGKILL. OutputSet calls it after each write or rename of an output set (each
+// staged file, then every step of the commit), so a test can kill a run at every point of it.
+void fault_point();
 
 // Set by a subcommand whose outcome is a negative answer rather than an error (e.g. verify
 // finding a difference): main() exits with it after a successful parse.

@@ -306,8 +306,9 @@ TEST(Cli, OptimizeShipsNothingWhenEveryCandidateFailsItsCheck) {
     "outputs": ["O"]})");
   std::string out = std::string(KILN_BINARY_DIR) + "/cli_optimize_nothing";
   std::filesystem::remove_all(out);
-  std::filesystem::create_directories(out);
+  std::filesystem::create_directories(out + "/candidates");
   std::ofstream(out + "/overflow.cu") << "// stale from an earlier run\n";
+  std::ofstream(out + "/candidates/1_overflow.mugraph.json") << "{}\n";
   KilnRun r = kiln("optimize " + spec + " -o " + out +
                    " --no-cache --no-profile --threads 2 --time-limit 10");
   EXPECT_EQ(r.status, 1) << r.err;
@@ -316,11 +317,16 @@ TEST(Cli, OptimizeShipsNothingWhenEveryCandidateFailsItsCheck) {
   EXPECT_FALSE(std::filesystem::exists(out + "/overflow.cu"));
   EXPECT_FALSE(std::filesystem::exists(out + "/overflow.mugraph.json"));
   EXPECT_TRUE(std::filesystem::exists(out + "/candidates/failed_1_overflow.mugraph.json"));
+  // Issue 21: a set like any other (the earlier run's candidate is gone), listed in the report.
+  EXPECT_FALSE(std::filesystem::exists(out + "/candidates/1_overflow.mugraph.json"));
   std::ifstream f(out + "/report.json");
   nlohmann::json rep = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(f), {}));
   EXPECT_EQ(rep["shipped"], false);
   EXPECT_TRUE(rep["winner"].is_null());
   EXPECT_TRUE(rep["ranked"].empty());
+  ASSERT_FALSE(rep["files"].empty());
+  for (const nlohmann::json& file : rep["files"])
+    EXPECT_EQ(file["path"].get<std::string>().rfind("candidates/failed_", 0), 0u) << file;
 }
 
 // When profiling runs and every candidate, the spec included, fails the GPU check, nothing ships

@@ -1,9 +1,14 @@
 // The result cache: keyed by spec, config and version; a second lookup is a hit.
 #include "kiln/search/cache.h"
 
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -21,10 +26,12 @@ TEST(Cache, SecondRunIsAHit) {
   c.top_k = 2;
   c.use_z3 = false;
   std::string key = cache_key(spec, c);
-  EXPECT_FALSE(cache_load(dir, key).has_value());
+  EXPECT_EQ(cache_load(dir, key).status, CacheStatus::Missing);
   SearchResult r = run_search(spec, c);
-  cache_store(dir, key, r);
-  std::optional<SearchResult> hit = cache_load(dir, key);
+  EXPECT_TRUE(cache_store(dir, key, r));
+  CacheLookup l = cache_load(dir, key);
+  EXPECT_EQ(l.status, CacheStatus::Hit);
+  std::optional<SearchResult>& hit = l.result;
   ASSERT_TRUE(hit.has_value());
   EXPECT_TRUE(hit->from_cache);
   EXPECT_EQ(hit->best().fingerprint, r.best().fingerprint);
@@ -45,13 +52,80 @@ TEST(Cache, KeyDependsOnSpecAndConfigButNotThreads) {
   EXPECT_NE(cache_key(testing::small_gated_mlp(), c), k);
 }
 
-TEST(Cache, DamagedEntryIsIgnored) {
+// Issue 21: a damaged entry is reported as such (with the parser's reason), not as a miss, and
+// the next store replaces it.
+TEST(Cache, DamagedEntryIsReportedAndReplaced) {
   std::string dir = std::string(KILN_BINARY_DIR) + "/test_cache_damaged";
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   FILE* f = std::fopen((dir + "/0123456789abcdef.json").c_str(), "w");
   std::fputs("{not json", f);
   std::fclose(f);
-  EXPECT_FALSE(cache_load(dir, "0123456789abcdef").has_value());
+  CacheLookup l = cache_load(dir, "0123456789abcdef");
+  EXPECT_EQ(l.status, CacheStatus::Damaged);
+  EXPECT_FALSE(l.result.has_value());
+  EXPECT_FALSE(l.why.empty());
+  EXPECT_EQ(l.path, dir + "/0123456789abcdef.json");
+  SearchConfig c;
+  c.threads = 2;
+  c.top_k = 1;
+  c.use_z3 = false;
+  SearchResult r = run_search(testing::small_matmul(), c);
+  EXPECT_TRUE(cache_store(dir, "0123456789abcdef", r));
+  EXPECT_EQ(cache_load(dir, "0123456789abcdef").status, CacheStatus::Hit);
+}
+
+// Issue 21: a FIFO at an entry's path hung the run forever (the open waited for a writer). A
+// special file is reported without being opened, and never replaced; so is a directory.
+TEST(Cache, SpecialFilesAreNotOpenedNorReplaced) {
+  std::string dir = std::string(KILN_BINARY_DIR) + "/test_cache_special";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/bbbbbbbbbbbbbbbb.json");
+  ASSERT_EQ(::mkfifo((dir + "/aaaaaaaaaaaaaaaa.json").c_str(), 0600), 0);
+  CacheLookup fifo = cache_load(dir, "aaaaaaaaaaaaaaaa");  // returns at once
+  EXPECT_EQ(fifo.status, CacheStatus::NotRegular);
+  EXPECT_NE(fifo.why.find("FIFO"), std::string::npos) << fifo.why;
+  CacheLookup d = cache_load(dir, "bbbbbbbbbbbbbbbb");
+  EXPECT_EQ(d.status, CacheStatus::NotRegular);
+  EXPECT_NE(d.why.find("directory"), std::string::npos) << d.why;
+  SearchConfig c;
+  c.threads = 2;
+  c.top_k = 1;
+  c.use_z3 = false;
+  SearchResult r = run_search(testing::small_matmul(), c);
+  EXPECT_FALSE(cache_store(dir, "aaaaaaaaaaaaaaaa", r));
+  EXPECT_FALSE(cache_store(dir, "bbbbbbbbbbbbbbbb", r));
+  struct stat st;
+  ASSERT_EQ(::lstat((dir + "/aaaaaaaaaaaaaaaa.json").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/bbbbbbbbbbbbbbbb.json"));
+}
+
+// Issue 21: an entry's lock makes a second holder wait (it is told once) until the first lets
+// go; a lock file that is a FIFO is refused at once instead of hanging.
+TEST(Cache, EntryLockMakesTheSecondRunWait) {
+  std::string dir = std::string(KILN_BINARY_DIR) + "/test_cache_lock";
+  std::filesystem::remove_all(dir);
+  FileLock first = lock_cache_entry(dir, "cccccccccccccccc");
+  ASSERT_TRUE(first.held()) << first.error();
+  std::atomic<int> waits{0};
+  std::atomic<bool> second_held{false};
+  std::thread t([&] {
+    FileLock second = lock_cache_entry(dir, "cccccccccccccccc", [&] { ++waits; });
+    second_held = second.held();
+  });
+  for (int i = 0; i < 500 && waits == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(waits, 1);
+  EXPECT_FALSE(second_held);
+  first.release();
+  t.join();
+  EXPECT_TRUE(second_held);
+  EXPECT_EQ(waits, 1);
+  ASSERT_EQ(::mkfifo((dir + "/dddddddddddddddd.lock").c_str(), 0600), 0);
+  FileLock fifo = lock_cache_entry(dir, "dddddddddddddddd");
+  EXPECT_FALSE(fifo.held());
+  EXPECT_NE(fifo.error().find("FIFO"), std::string::npos) << fifo.error();
 }
 
 }  // namespace
@@ -76,7 +150,7 @@ TEST(Cache, EntriesAreCheckedAgainBeforeUse) {
   SearchResult r = run_search(spec, c);
   ASSERT_FALSE(r.ranked.empty());
   cache_store(dir, key, r);
-  std::optional<SearchResult> hit = cache_load(dir, key);
+  std::optional<SearchResult> hit = cache_load(dir, key).result;
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(recheck_cached(spec, *hit, c), 0);
   // Tamper with the stored winner: every silu becomes a sigmoid (or exp a neg).
@@ -94,12 +168,12 @@ TEST(Cache, EntriesAreCheckedAgainBeforeUse) {
     }
   ASSERT_TRUE(changed) << "no op to tamper with in the cached entry";
   std::ofstream(path) << edited;
-  std::optional<SearchResult> bad = cache_load(dir, key);
+  std::optional<SearchResult> bad = cache_load(dir, key).result;
   ASSERT_TRUE(bad.has_value());
   EXPECT_GT(recheck_cached(spec, *bad, c), 0);
   // An entry of another spec under this key.
   std::ofstream(path) << text;
-  std::optional<SearchResult> other = cache_load(dir, key);
+  std::optional<SearchResult> other = cache_load(dir, key).result;
   ASSERT_TRUE(other.has_value());
   EXPECT_GT(recheck_cached(testing::small_matmul(), *other, c), 0);
 }
