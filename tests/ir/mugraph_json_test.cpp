@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -281,6 +283,14 @@ json& block_op(json& j, int k) {
   return j["kernels"][0]["block_ops"][k];
 }
 
+// An error must be fit to print: bounded, no control bytes, valid UTF-8.
+void expect_presentable(const UserError& e) {
+  const std::string r = e.render();
+  EXPECT_LT(r.size(), 1024u) << r.substr(0, 200);
+  for (char c : r) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7F) << r;
+  EXPECT_NO_THROW((void)json(r).dump()) << "not UTF-8: " << r;
+}
+
 void expect_error(const json& j, ErrorCode code, const std::string& path,
                   const std::string& hint_part = {}) {
   try {
@@ -290,6 +300,7 @@ void expect_error(const json& j, ErrorCode code, const std::string& path,
     EXPECT_EQ(e.code(), code) << e.render();
     EXPECT_EQ(e.path(), path) << e.render();
     EXPECT_EQ(e.file(), "t.mugraph.json");
+    expect_presentable(e);
     if (!hint_part.empty()) {
       EXPECT_NE(e.hint().find(hint_part), std::string::npos) << e.render();
     }
@@ -310,6 +321,25 @@ TEST(MugraphJsonErrors, UnknownKeys) {
   j = valid();
   j["kernels"][0]["block_ops"][5]["thread_ops"][0]["attr"] = json::object();
   expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[5].thread_ops[0].attr");
+}
+
+// Issue 21 (found by kiln_fuzz_mugraph): the path of an unknown key held the key's raw bytes, so
+// a tab or a megabyte-long key went into the message as is. Keys print as in the spec reader.
+TEST(MugraphJsonErrors, UnknownKeysPrintSafelyInPaths) {
+  const std::string huge(1 << 20, 'k');
+  const std::pair<std::string, std::string> cases[] = {
+      {"\ttrs", "kernels[0].block_ops[4][\"\\x09trs\"]"},
+      {"a b", "kernels[0].block_ops[4][\"a b\"]"},
+      {huge, "kernels[0].block_ops[4][\"" + std::string(32, 'k') + "...\"]"},
+  };
+  for (const auto& [key, path] : cases) {
+    json j = valid();
+    block_op(j, 4)[key] = json::object();
+    expect_error(j, ErrorCode::Schema, path);
+  }
+  json j = valid();
+  block_op(j, 3)["attrs"] = {{"\x7f", 1}};
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3].attrs[\"\\x7F\"]");
 }
 
 TEST(MugraphJsonErrors, MissingOrMistypedKeys) {
@@ -506,6 +536,46 @@ TEST(MugraphJsonErrors, NonFiniteConstantsCannotBeWritten) {
   } catch (const UserError& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
   }
+}
+
+// Inputs kiln_fuzz_mugraph found (tests/data/mugraph_errors, also its seeds), read the way kiln
+// show reads a file. Each is rejected with the code and path given here, in a presentable error,
+// or (code nullopt) accepted and written back exactly.
+TEST(MugraphJsonErrors, FuzzFindingsStayFixed) {
+  struct Expect {
+    std::optional<ErrorCode> code;
+    std::string path;
+  };
+  const std::map<std::string, Expect> expected = {
+      // A tab in a key went raw into the path.
+      {"unknown_key_control_byte.json",
+       {ErrorCode::Schema, "kernels[0].block_ops[4][\"\\x09trs\"]"}},
+  };
+  const auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "tests/data/mugraph_errors";
+  size_t seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    auto it = expected.find(name);
+    if (it == expected.end()) {
+      ADD_FAILURE() << "no expectation for " << name;
+      continue;
+    }
+    ++seen;
+    const Expect& x = it->second;
+    try {
+      KernelGraph g = load_graph_file(entry.path().string());
+      EXPECT_FALSE(x.code) << "accepted";
+      std::string text = write_mugraph(g);
+      EXPECT_EQ(write_mugraph(parse_mugraph(text)), text);
+    } catch (const UserError& e) {
+      ASSERT_TRUE(x.code) << e.render();
+      EXPECT_EQ(e.code(), *x.code) << e.render();
+      EXPECT_EQ(e.path(), x.path) << e.render();
+      expect_presentable(e);
+    }
+  }
+  EXPECT_EQ(seen, expected.size());
 }
 
 // Random edits of valid files: every outcome is a graph or a UserError, never a crash, an
