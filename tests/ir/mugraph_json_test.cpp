@@ -448,6 +448,38 @@ TEST(MugraphJsonErrors, UnknownNames) {
   expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6].output");
 }
 
+// Issue 21 (found by kiln_fuzz_mugraph): the block graph builder quoted a block op's name, or a
+// saver's tensor name, raw: in its "invalid name" error, and as the op's label in other errors
+// (a bad map) raised before the name was checked. Names are now checked first and quoted
+// escaped, so a control byte or a megabyte of name never reaches the message.
+TEST(MugraphJsonErrors, InvalidBlockOpNamesAreQuotedSafely) {
+  const std::string huge(1 << 20, 'n');
+  json j = valid();
+  block_op(j, 0)["name"] = "x\ty";
+  block_op(j, 0)["imap"] = json::array({5});
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[0].name");
+  j = valid();
+  block_op(j, 3)["name"] = "m" + huge;
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].name");
+  j = valid();
+  block_op(j, 3)["name"] = "\x01";
+  block_op(j, 3)["inputs"] = json::array({"x", "x"});  // a shape error, with the op's label
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].name");
+  j = valid();
+  block_op(j, 5)["name"] = "f\n";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[5].name");
+  j = valid();
+  block_op(j, 6)["name"] = "\x7f";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+  j = valid();
+  block_op(j, 6)["output"] = "O\a";
+  block_op(j, 6)["omap"] = json::array({7});
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+  j = valid();
+  block_op(j, 6)["output"] = huge;
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+}
+
 TEST(MugraphJsonErrors, StructureAndStageMisuse) {
   json j = valid();
   block_op(j, 5)["inputs"] = json::array({"a", "m"});  // mixes post and loop tiles
@@ -547,6 +579,8 @@ TEST(MugraphJsonErrors, FuzzFindingsStayFixed) {
     std::string path;
   };
   const std::map<std::string, Expect> expected = {
+      // A DEL in a block op's name went raw into the message.
+      {"block_op_name_control_byte.json", {ErrorCode::Name, "kernels[1].block_ops[3].name"}},
       // A tab in a key went raw into the path.
       {"unknown_key_control_byte.json",
        {ErrorCode::Schema, "kernels[0].block_ops[4][\"\\x09trs\"]"}},
