@@ -397,7 +397,9 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
         if (io < 0)
           fail(ErrorCode::Name, p,
                fmt::format("\"{}\" is not an input of the kernel", printable(s)),
-               fmt::format("the kernel's inputs are: {}", fmt::join(kernel_inputs, ", ")));
+               // Up to 64 names of 256 bytes: cut, so the hint stays short.
+               fmt::format("the kernel's inputs are: {}",
+                           printable(fmt::format("{}", fmt::join(kernel_inputs, ", ")), 200)));
       } else if (in.is_number_integer()) {
         io = get_small_int(in, p);
       } else {

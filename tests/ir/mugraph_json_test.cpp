@@ -12,6 +12,8 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "mugraph_samples.h"
@@ -478,6 +480,20 @@ TEST(MugraphJsonErrors, InvalidBlockOpNamesAreQuotedSafely) {
   j = valid();
   block_op(j, 6)["output"] = huge;
   expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+}
+
+// Issue 21: the hint for an input op naming no input of its kernel listed all of the kernel's
+// inputs, up to 64 names of 256 bytes: 16 KiB of hint. It is cut like any quoted text.
+TEST(MugraphJsonErrors, HintsListingNamesAreBounded) {
+  json j = valid();
+  json& kernel = j["kernels"][0];
+  for (int i = 0; i < 61; ++i) {
+    std::string name = fmt::format("{:_>250}{}", 'T', i);
+    j["inputs"].push_back({{"name", name}, {"shape", {4}}, {"dtype", "f32"}});
+    kernel["inputs"].push_back(name);
+  }
+  block_op(j, 1)["input"] = "V";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[1].input", "the kernel's inputs are: X");
 }
 
 TEST(MugraphJsonErrors, StructureAndStageMisuse) {
