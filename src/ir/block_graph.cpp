@@ -116,8 +116,8 @@ void check_op_name(const std::string& name) {
 int BlockGraphBuilder::push(BlockOp op) {
   if (op.name.empty()) op.name = fmt::format("t{}", g_.ops.size());
   check_name(op.name, "block op");
-  for (const BlockOp& o : g_.ops)
-    if (o.name == op.name) user_error(ErrorCode::Name, "duplicate block op name \"{}\"", op.name);
+  if (!op_names_.insert(op.name).second)
+    user_error(ErrorCode::Name, "duplicate block op name \"{}\"", op.name);
   g_.ops.push_back(std::move(op));
   return static_cast<int>(g_.ops.size()) - 1;
 }
@@ -295,8 +295,8 @@ int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int>
                    who);
   }
   TensorDesc out{std::move(tensor_name), Shape(rank), dtype};
-  for (const TensorDesc& o : g_.outputs)
-    if (o.name == out.name) user_error(ErrorCode::Name, "duplicate output name \"{}\"", out.name);
+  if (output_names_.count(out.name))
+    user_error(ErrorCode::Name, "duplicate output name \"{}\"", out.name);
   int64_t total = 1;
   for (int d = 0; d < rank; ++d) {
     int64_t t = d < rank - trank ? 1 : v.shape[d - (rank - trank)];
@@ -307,8 +307,10 @@ int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int>
   BlockOp op{
       OpKind::Output,  std::move(name), {value}, {},      static_cast<int>(g_.outputs.size()),
       std::move(omap), std::move(fmap), {},      v.shape, v.stage};
+  int index = push(std::move(op));  // first: if it throws, no output is left without its op
+  output_names_.insert(out.name);
   g_.outputs.push_back(std::move(out));
-  return push(std::move(op));
+  return index;
 }
 
 BlockResources block_resources(const BlockGraph& bg) {

@@ -273,6 +273,32 @@ TEST(MugraphJson, EveryExampleRoundTrips) {
   if (seen == 0) GTEST_SKIP() << "no examples/*.mugraph.json yet";
 }
 
+// Issue 21: reading is linear in the number of block ops. A file may hold 64 MiB, a million
+// block ops; the builder's check that names are unique scanned every earlier op (and every
+// earlier saver), so a long block graph took hours to read.
+TEST(MugraphJson, ReadingALongBlockGraphIsLinear) {
+  const int chain = 100000, savers = 20000;
+  std::string ops = R"({"name": "x", "op": "input", "input": "X", "imap": [-1]})";
+  for (int i = 0; i < chain; ++i)
+    ops += fmt::format(R"(, {{"name": "n{}", "op": "neg", "inputs": ["{}"]}})", i,
+                       i ? fmt::format("n{}", i - 1) : "x");
+  for (int i = 0; i < savers; ++i)
+    ops += fmt::format(
+        R"(, {{"name": "s{}", "op": "output", "inputs": ["n{}"], "output": "Y{}", "dtype": "f32",
+              "omap": [-1]}})",
+        i, chain - 1, i);
+  const std::string text = R"({"format": "mugraph/1", "name": "chain",
+    "inputs": [{"name": "X", "shape": [4], "dtype": "f32"}],
+    "kernels": [{"name": "k", "op": "graph_defined", "inputs": ["X"], "grid": [1],
+                 "block_ops": [)" +
+                           ops + R"(]}],
+    "outputs": ["Y0"]})";
+  KernelGraph g = parse_mugraph(text, "chain.mugraph.json");
+  ASSERT_EQ(g.ops.size(), 1u);
+  EXPECT_EQ(g.ops[0].block->ops.size(), size_t{1 + chain + savers});
+  EXPECT_EQ(g.ops[0].block->outputs.size(), size_t{savers});
+}
+
 // ----------------------------------------------------------------------------------------------
 // Decoding errors. Each starts from a valid file and breaks one thing.
 
