@@ -2,8 +2,9 @@
 # Fuzzes the readers: runs BUILD_DIR/kiln_fuzz_TARGET (built by `make fuzz`) for SECONDS
 # (default 60) per target. TARGET is spec (the spec reader, seeded with the example specs and
 # the errors suite's files), mugraph (the μGraph reader and its exact round trip, seeded with
-# every *.mugraph.json of examples/, tests/regression/ and tests/data/, and the μGraph error
-# files) or all (default: spec, then mugraph).
+# every *.mugraph.json of examples/, tests/regression/ and tests/data/, the μGraph error files,
+# and tests/fuzz/mugraph_seeds: the codec tests' samples, written once, which use every op kind
+# at every level and every attr) or all (default: spec, then mugraph).
 # Usage: scripts/fuzz.sh BUILD_DIR [TARGET] [SECONDS]   (scripts/fuzz.sh BUILD_DIR SECONDS: all)
 # Each target's corpus grows in BUILD_DIR/fuzz/TARGET/corpus across runs; a crashing input is
 # saved under BUILD_DIR/fuzz/TARGET/ and the script exits non-zero. Reproduce with:
@@ -58,5 +59,5 @@ fi
 if [ "$target" = mugraph ] || [ "$target" = all ]; then
   fuzz_one mugraph mugraph.dict 16384 "$root"/examples/*.mugraph.json \
     "$root"/tests/regression/*.mugraph.json "$root"/tests/data/*.mugraph.json \
-    "$root"/tests/data/mugraph_errors/*.json
+    "$root"/tests/data/mugraph_errors/*.json "$root"/tests/fuzz/mugraph_seeds/*.json
 fi
