@@ -24,7 +24,7 @@ test: build
 
 fuzz: deps
 	cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build $(BUILD)-fuzz -j $(JOBS) --target kiln_fuzz_spec
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target kiln_fuzz_spec kiln_fuzz_mugraph
 	@bash scripts/fuzz.sh $(BUILD)-fuzz
 
 format:

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "json_util.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/kernel_graph.h"
 
@@ -97,13 +98,27 @@ BlockGraphBuilder::BlockGraphBuilder(std::vector<int64_t> grid, int block_thread
   g_.inputs = std::move(inputs);
 }
 
+namespace {
+
+// Names come from files. Each builder call checks its names before anything else, since its other
+// messages quote them (an invalid name may hold control bytes or run to megabytes); `what` is
+// "block op" or "output tensor". An empty block op name is made up later, in push.
+void check_name(const std::string& name, const char* what) {
+  if (!is_valid_name(name))
+    throw UserError(ErrorCode::Name, fmt::format("invalid {} name \"{}\"", what, printable(name)),
+                    "names match [A-Za-z_][A-Za-z0-9_]*");
+}
+void check_op_name(const std::string& name) {
+  if (!name.empty()) check_name(name, "block op");
+}
+
+}  // namespace
+
 int BlockGraphBuilder::push(BlockOp op) {
   if (op.name.empty()) op.name = fmt::format("t{}", g_.ops.size());
-  if (!is_valid_name(op.name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid block op name \"{}\"", op.name),
-                    "names match [A-Za-z_][A-Za-z0-9_]*");
-  for (const BlockOp& o : g_.ops)
-    if (o.name == op.name) user_error(ErrorCode::Name, "duplicate block op name \"{}\"", op.name);
+  check_name(op.name, "block op");
+  if (!op_names_.insert(op.name).second)
+    user_error(ErrorCode::Name, "duplicate block op name \"{}\"", op.name);
   g_.ops.push_back(std::move(op));
   return static_cast<int>(g_.ops.size()) - 1;
 }
@@ -138,6 +153,7 @@ int64_t mapped_extent(const std::vector<int>& map, const std::vector<int64_t>& e
 
 int BlockGraphBuilder::input(int io, std::vector<int> imap, std::vector<int> fmap,
                              std::string name) {
+  check_op_name(name);
   std::string who = fmt::format("input {}", name.empty() ? fmt::format("#{}", io) : name);
   if (io < 0 || io >= static_cast<int>(g_.inputs.size()))
     user_error(ErrorCode::Structure, "{}: input index {} is out of range (the kernel has {})", who,
@@ -174,6 +190,7 @@ static Stage combine_stages(const std::vector<Stage>& in, const std::string& who
 }
 
 int BlockGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string name) {
+  check_op_name(name);
   const OpInfo& info = op_info(kind);
   std::string who = fmt::format("{} {}", info.name, name.empty() ? "(unnamed)" : name);
   if (!(info.levels & kBlock) || info.cls == OpClass::Input || info.cls == OpClass::Output ||
@@ -211,6 +228,7 @@ int BlockGraphBuilder::op(OpKind kind, std::vector<int> inputs, Attrs attrs, std
 }
 
 int BlockGraphBuilder::fused(ThreadGraph tg, std::vector<int> inputs, std::string name) {
+  check_op_name(name);
   std::string who = fmt::format("fused {}", name.empty() ? "(unnamed)" : name);
   check_thread_graph(tg);
   if (static_cast<int>(inputs.size()) != tg.num_inputs)
@@ -244,6 +262,8 @@ int BlockGraphBuilder::fused(ThreadGraph tg, std::vector<int> inputs, std::strin
 
 int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int> fmap, DType dtype,
                               std::string tensor_name, int rank, std::string name) {
+  check_op_name(name);
+  check_name(tensor_name, "output tensor");
   std::string who = fmt::format("output {}", tensor_name);
   if (value < 0 || value >= static_cast<int>(g_.ops.size()) || g_.ops[value].kind == OpKind::Output)
     user_error(ErrorCode::Structure, "{}: operand {} is not an earlier tile", who, value);
@@ -276,11 +296,8 @@ int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int>
                    who);
   }
   TensorDesc out{std::move(tensor_name), Shape(rank), dtype};
-  if (!is_valid_name(out.name))
-    throw UserError(ErrorCode::Name, fmt::format("invalid output tensor name \"{}\"", out.name),
-                    "names match [A-Za-z_][A-Za-z0-9_]*");
-  for (const TensorDesc& o : g_.outputs)
-    if (o.name == out.name) user_error(ErrorCode::Name, "duplicate output name \"{}\"", out.name);
+  if (output_names_.count(out.name))
+    user_error(ErrorCode::Name, "duplicate output name \"{}\"", out.name);
   int64_t total = 1;
   for (int d = 0; d < rank; ++d) {
     int64_t t = d < rank - trank ? 1 : v.shape[d - (rank - trank)];
@@ -291,8 +308,10 @@ int BlockGraphBuilder::output(int value, std::vector<int> omap, std::vector<int>
   BlockOp op{
       OpKind::Output,  std::move(name), {value}, {},      static_cast<int>(g_.outputs.size()),
       std::move(omap), std::move(fmap), {},      v.shape, v.stage};
+  int index = push(std::move(op));  // first: if it throws, no output is left without its op
+  output_names_.insert(out.name);
   g_.outputs.push_back(std::move(out));
-  return push(std::move(op));
+  return index;
 }
 
 BlockResources block_resources(const BlockGraph& bg) {

@@ -34,14 +34,8 @@ using ojson = nlohmann::ordered_json;
 constexpr std::string_view kFormat = "mugraph/1";
 
 // ---------------------------------------------------------------------------------------------
-// Paths and errors
-
-std::string key_path(const std::string& p, std::string_view key) {
-  return p.empty() ? std::string(key) : p + "." + std::string(key);
-}
-std::string index_path(const std::string& p, size_t i) {
-  return fmt::format("{}[{}]", p, i);
-}
+// Paths and errors. Paths use json_util's path_key and path_index: a key from the file that is
+// not an identifier (a control byte, a megabyte of text) prints escaped and cut, as `["..."]`.
 
 [[noreturn]] void fail(ErrorCode code, const std::string& path, std::string message,
                        std::string hint = {}) {
@@ -80,7 +74,7 @@ void check_keys(const json& obj, const std::string& path,
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     std::string hint = did_you_mean(key, allowed);
     if (hint.empty()) hint = fmt::format("allowed keys: {}", fmt::join(allowed, ", "));
-    fail(ErrorCode::Schema, key_path(path, key), fmt::format("unknown key \"{}\"", printable(key)),
+    fail(ErrorCode::Schema, path_key(path, key), fmt::format("unknown key \"{}\"", printable(key)),
          hint);
   }
 }
@@ -145,7 +139,7 @@ bool get_bool(const json& v, const std::string& path, ErrorCode code = ErrorCode
 std::vector<int64_t> get_int64_list(const json& v, const std::string& path) {
   std::vector<int64_t> out;
   for (size_t i = 0; i < expect_array(v, path).size(); ++i)
-    out.push_back(get_int(v[i], index_path(path, i), std::numeric_limits<int64_t>::min(),
+    out.push_back(get_int(v[i], path_index(path, i), std::numeric_limits<int64_t>::min(),
                           std::numeric_limits<int64_t>::max()));
   return out;
 }
@@ -154,7 +148,7 @@ std::vector<int> get_int_list(const json& v, const std::string& path,
                               ErrorCode code = ErrorCode::Schema) {
   std::vector<int> out;
   for (size_t i = 0; i < expect_array(v, path, code).size(); ++i)
-    out.push_back(get_small_int(v[i], index_path(path, i), code));
+    out.push_back(get_small_int(v[i], path_index(path, i), code));
   return out;
 }
 
@@ -199,13 +193,13 @@ Attrs decode_attrs(const json& obj, const std::string& op_path, OpKind kind) {
   Attrs attrs;
   const OpInfo& info = op_info(kind);
   const json* v = find_key(obj, "attrs");
-  std::string path = key_path(op_path, "attrs");
+  std::string path = path_key(op_path, "attrs");
   if (info.cls == OpClass::Reduce && !(v && v->is_object() && v->contains("dim")))
     fail(ErrorCode::Op, v ? path : op_path, fmt::format("{} needs attr \"dim\"", info.name));
   if (!v) return attrs;
   expect_object(*v, path, "attrs", ErrorCode::Op);
   for (const auto& [key, value] : v->items()) {
-    std::string p = key_path(path, key);
+    std::string p = path_key(path, key);
     const AttrKey* a = nullptr;
     for (const AttrKey& k : kAttrKeys)
       if (key == k.key) a = &k;
@@ -290,7 +284,7 @@ ojson encode_attrs(OpKind kind, const Attrs& a) {
 // Decoding
 
 OpKind decode_op_name(const json& obj, const std::string& path, uint8_t level) {
-  std::string p = key_path(path, "op");
+  std::string p = path_key(path, "op");
   std::string name = get_string(require(obj, path, "op"), p);
   auto kind = op_from_name(name);
   if (!kind) {
@@ -303,7 +297,7 @@ OpKind decode_op_name(const json& obj, const std::string& path, uint8_t level) {
 
 std::string optional_name(const json& obj, const std::string& path) {
   const json* n = find_key(obj, "name");
-  return n ? get_string(*n, key_path(path, "name")) : std::string();
+  return n ? get_string(*n, path_key(path, "name")) : std::string();
 }
 
 // Resolves a list of names against `known` (name -> index); unknown names are Name errors.
@@ -314,7 +308,7 @@ std::vector<int> resolve_names(const json* list, const std::string& path,
   if (!list) return out;
   expect_array(*list, path);
   for (size_t i = 0; i < list->size(); ++i) {
-    std::string p = index_path(path, i);
+    std::string p = path_index(path, i);
     std::string n = get_string((*list)[i], p);
     auto it = known.find(n);
     if (it == known.end()) {
@@ -332,7 +326,7 @@ std::vector<int> resolve_names(const json* list, const std::string& path,
 // that the error points at the key; entries are checked by the builder.
 std::vector<int> decode_map(const json& obj, const std::string& path, const char* key, size_t want,
                             const char* dims) {
-  std::string p = key_path(path, key);
+  std::string p = path_key(path, key);
   const json* v = find_key(obj, key);
   if (!v) {
     if (want == 0) return {};
@@ -354,17 +348,17 @@ ThreadGraph decode_thread_graph(const json& v, const std::string& path, int num_
   expect_array(v, path);
   if (v.empty()) fail(ErrorCode::Structure, path, "a fused op needs at least one thread op");
   for (size_t j = 0; j < v.size(); ++j) {
-    std::string p = index_path(path, j);
+    std::string p = path_index(path, j);
     const json& t = expect_object(v[j], p, "a thread op");
     check_keys(t, p, {"op", "inputs", "attrs"});
     OpKind kind = decode_op_name(t, p, kThread);
     if (!(op_info(kind).levels & kThread))
-      fail(ErrorCode::Op, key_path(p, "op"),
+      fail(ErrorCode::Op, path_key(p, "op"),
            fmt::format("{} is not an elementwise op; it cannot appear in a thread graph",
                        op_name(kind)));
     ThreadOp op{kind, {}, {}};
     if (const json* in = find_key(t, "inputs"))
-      op.inputs = get_int_list(*in, key_path(p, "inputs"));
+      op.inputs = get_int_list(*in, path_key(p, "inputs"));
     op.attrs = decode_attrs(t, p, kind);
     tg.ops.push_back(std::move(op));
   }
@@ -381,13 +375,13 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
   OpKind kind = decode_op_name(obj, path, kBlock);
   const OpInfo& info = op_info(kind);
   std::string name = optional_name(obj, path);
-  std::string name_path = key_path(path, "name");
+  std::string name_path = path_key(path, "name");
   const BlockGraph& g = bb.peek();
   int index = -1;
   switch (info.cls) {
     case OpClass::Input: {
       check_keys(obj, path, {"name", "op", "input", "imap", "fmap"});
-      std::string p = key_path(path, "input");
+      std::string p = path_key(path, "input");
       const json& in = require(obj, path, "input");
       int io = -1;
       if (in.is_string()) {
@@ -403,7 +397,9 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
         if (io < 0)
           fail(ErrorCode::Name, p,
                fmt::format("\"{}\" is not an input of the kernel", printable(s)),
-               fmt::format("the kernel's inputs are: {}", fmt::join(kernel_inputs, ", ")));
+               // Up to 64 names of 256 bytes: cut, so the hint stays short.
+               fmt::format("the kernel's inputs are: {}",
+                           printable(fmt::format("{}", fmt::join(kernel_inputs, ", ")), 200)));
       } else if (in.is_number_integer()) {
         io = get_small_int(in, p);
       } else {
@@ -419,30 +415,30 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
     case OpClass::Output: {
       check_keys(obj, path, {"name", "op", "inputs", "output", "dtype", "rank", "omap", "fmap"});
       std::vector<int> in =
-          resolve_names(&require(obj, path, "inputs"), key_path(path, "inputs"), names, "block op");
+          resolve_names(&require(obj, path, "inputs"), path_key(path, "inputs"), names, "block op");
       if (in.size() != 1)
-        fail(ErrorCode::Op, key_path(path, "inputs"),
+        fail(ErrorCode::Op, path_key(path, "inputs"),
              fmt::format("an output saves one tile, given {}", in.size()));
-      std::string tensor = get_string(require(obj, path, "output"), key_path(path, "output"));
-      DType dtype = get_dtype(require(obj, path, "dtype"), key_path(path, "dtype"));
+      std::string tensor = get_string(require(obj, path, "output"), path_key(path, "output"));
+      DType dtype = get_dtype(require(obj, path, "dtype"), path_key(path, "dtype"));
       int rank = -1;
       if (const json* r = find_key(obj, "rank"))
-        rank = static_cast<int>(get_int(*r, key_path(path, "rank"), 0, kMaxRank));
+        rank = static_cast<int>(get_int(*r, path_key(path, "rank"), 0, kMaxRank));
       std::vector<int> omap = decode_map(obj, path, "omap", g.grid.size(), "grid");
       std::vector<int> fmap = decode_map(obj, path, "fmap", g.loop.size(), "loop");
       index = at_path(
           path, [&] { return bb.output(in[0], omap, fmap, dtype, tensor, rank, name); },
           // Name errors here concern either the saver's name or its tensor's name.
           std::string());
-      saver_paths.push_back(key_path(path, "output"));
+      saver_paths.push_back(path_key(path, "output"));
       break;
     }
     case OpClass::Fused: {
       check_keys(obj, path, {"name", "op", "inputs", "thread_ops"});
       std::vector<int> in =
-          resolve_names(&require(obj, path, "inputs"), key_path(path, "inputs"), names, "block op");
+          resolve_names(&require(obj, path, "inputs"), path_key(path, "inputs"), names, "block op");
       ThreadGraph tg =
-          decode_thread_graph(require(obj, path, "thread_ops"), key_path(path, "thread_ops"),
+          decode_thread_graph(require(obj, path, "thread_ops"), path_key(path, "thread_ops"),
                               static_cast<int>(in.size()));
       index = at_path(
           path, [&] { return bb.fused(std::move(tg), in, name); }, name_path);
@@ -450,13 +446,13 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
     }
     default: {
       if (!(info.levels & kBlock))
-        fail(ErrorCode::Op, key_path(path, "op"),
+        fail(ErrorCode::Op, path_key(path, "op"),
              fmt::format("{} cannot appear in a block graph", info.name),
              info.cls == OpClass::GraphDefined ? "graph-defined ops appear only in \"kernels\""
                                                : "compose it from block ops");
       check_keys(obj, path, {"name", "op", "inputs", "attrs"});
       std::vector<int> in =
-          resolve_names(find_key(obj, "inputs"), key_path(path, "inputs"), names, "block op");
+          resolve_names(find_key(obj, "inputs"), path_key(path, "inputs"), names, "block op");
       Attrs attrs = decode_attrs(obj, path, kind);
       index = at_path(
           path, [&] { return bb.op(kind, in, attrs, name); }, name_path);
@@ -469,13 +465,13 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
 void decode_graph_defined(const json& obj, const std::string& path, KernelGraphBuilder& kb,
                           std::map<std::string, int, std::less<>>& tensors, Arch arch) {
   check_keys(obj, path, {"name", "op", "inputs", "grid", "block_threads", "loop", "block_ops"});
-  std::string name = get_string(require(obj, path, "name"), key_path(path, "name"));
+  std::string name = get_string(require(obj, path, "name"), path_key(path, "name"));
   std::vector<int> ins =
-      resolve_names(&require(obj, path, "inputs"), key_path(path, "inputs"), tensors, "tensor");
+      resolve_names(&require(obj, path, "inputs"), path_key(path, "inputs"), tensors, "tensor");
   const OpInfo& info = op_info(OpKind::GraphDefined);
   if (static_cast<int>(ins.size()) < info.min_inputs ||
       static_cast<int>(ins.size()) > info.max_inputs)
-    fail(ErrorCode::Op, key_path(path, "inputs"),
+    fail(ErrorCode::Op, path_key(path, "inputs"),
          fmt::format("a graph-defined op takes {} to {} inputs, given {}", info.min_inputs,
                      info.max_inputs, ins.size()));
   std::vector<TensorDesc> descs;
@@ -484,22 +480,22 @@ void decode_graph_defined(const json& obj, const std::string& path, KernelGraphB
     descs.push_back(kb.peek().tensor(t));
     in_names.push_back(kb.peek().tensor(t).name);
   }
-  std::vector<int64_t> grid = get_int64_list(require(obj, path, "grid"), key_path(path, "grid"));
+  std::vector<int64_t> grid = get_int64_list(require(obj, path, "grid"), path_key(path, "grid"));
   int threads = 128;
   if (const json* b = find_key(obj, "block_threads"))
-    threads = get_small_int(*b, key_path(path, "block_threads"));
+    threads = get_small_int(*b, path_key(path, "block_threads"));
   std::vector<int64_t> loop;
-  if (const json* l = find_key(obj, "loop")) loop = get_int64_list(*l, key_path(path, "loop"));
+  if (const json* l = find_key(obj, "loop")) loop = get_int64_list(*l, path_key(path, "loop"));
 
   BlockGraphBuilder bb = at_path(path, [&] {
     return BlockGraphBuilder(std::move(grid), threads, std::move(loop), std::move(descs));
   });
-  std::string ops_path = key_path(path, "block_ops");
+  std::string ops_path = path_key(path, "block_ops");
   const json& ops = expect_array(require(obj, path, "block_ops"), ops_path);
   std::map<std::string, int, std::less<>> names;
   std::vector<std::string> saver_paths;
   for (size_t k = 0; k < ops.size(); ++k)
-    decode_block_op(ops[k], index_path(ops_path, k), bb, names, in_names, saver_paths);
+    decode_block_op(ops[k], path_index(ops_path, k), bb, names, in_names, saver_paths);
   // A saved tensor must not reuse a name of the kernel graph; say so at the saver, not the kernel.
   const std::vector<TensorDesc>& outs_desc = bb.peek().outputs;
   for (size_t i = 0; i < outs_desc.size() && i < saver_paths.size(); ++i)
@@ -511,7 +507,7 @@ void decode_graph_defined(const json& obj, const std::string& path, KernelGraphB
     return std::make_shared<const BlockGraph>(std::move(bb).finish(target_for(arch)));
   });
   std::vector<int> outs = at_path(
-      path, [&] { return kb.graph_defined(block, ins, name); }, key_path(path, "name"));
+      path, [&] { return kb.graph_defined(block, ins, name); }, path_key(path, "name"));
   for (int t : outs) tensors.emplace(kb.peek().tensor(t).name, t);
 }
 
@@ -522,18 +518,18 @@ void decode_kernel_op(const json& v, const std::string& path, KernelGraphBuilder
   const OpInfo& info = op_info(kind);
   if (info.cls == OpClass::GraphDefined) return decode_graph_defined(obj, path, kb, tensors, arch);
   if (!(info.levels & kKernel))
-    fail(ErrorCode::Op, key_path(path, "op"),
+    fail(ErrorCode::Op, path_key(path, "op"),
          fmt::format("{} is a block op; it can only appear in a graph-defined op's block_ops",
                      info.name));
   check_keys(obj, path, {"name", "op", "inputs", "attrs", "dtype"});
-  std::string name = get_string(require(obj, path, "name"), key_path(path, "name"));
+  std::string name = get_string(require(obj, path, "name"), path_key(path, "name"));
   std::vector<int> in =
-      resolve_names(find_key(obj, "inputs"), key_path(path, "inputs"), tensors, "tensor");
+      resolve_names(find_key(obj, "inputs"), path_key(path, "inputs"), tensors, "tensor");
   Attrs attrs = decode_attrs(obj, path, kind);
   std::optional<DType> dtype;
-  if (const json* d = find_key(obj, "dtype")) dtype = get_dtype(*d, key_path(path, "dtype"));
+  if (const json* d = find_key(obj, "dtype")) dtype = get_dtype(*d, path_key(path, "dtype"));
   int t = at_path(
-      path, [&] { return kb.op(kind, in, attrs, name, dtype); }, key_path(path, "name"));
+      path, [&] { return kb.op(kind, in, attrs, name, dtype); }, path_key(path, "name"));
   tensors.emplace(kb.peek().tensor(t).name, t);
 }
 
@@ -565,20 +561,20 @@ KernelGraph decode_graph(const json& j) {
   const json& inputs = expect_array(require(j, "", "inputs"), "inputs");
   if (inputs.empty()) fail(ErrorCode::Schema, "inputs", "a graph needs at least one input");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::string p = index_path("inputs", i);
+    std::string p = path_index("inputs", i);
     const json& in = expect_object(inputs[i], p, "an input");
     check_keys(in, p, {"name", "shape", "dtype"});
-    std::string n = get_string(require(in, p, "name"), key_path(p, "name"));
-    Shape shape = get_int64_list(require(in, p, "shape"), key_path(p, "shape"));
-    DType dtype = get_dtype(require(in, p, "dtype"), key_path(p, "dtype"));
+    std::string n = get_string(require(in, p, "name"), path_key(p, "name"));
+    Shape shape = get_int64_list(require(in, p, "shape"), path_key(p, "shape"));
+    DType dtype = get_dtype(require(in, p, "dtype"), path_key(p, "dtype"));
     int t = at_path(
-        key_path(p, "shape"), [&] { return kb.input(n, shape, dtype); }, key_path(p, "name"));
+        path_key(p, "shape"), [&] { return kb.input(n, shape, dtype); }, path_key(p, "name"));
     tensors.emplace(n, t);
   }
 
   const json& kernels = expect_array(require(j, "", "kernels"), "kernels");
   for (size_t k = 0; k < kernels.size(); ++k)
-    decode_kernel_op(kernels[k], index_path("kernels", k), kb, tensors, arch);
+    decode_kernel_op(kernels[k], path_index("kernels", k), kb, tensors, arch);
 
   const json& outputs = expect_array(require(j, "", "outputs"), "outputs");
   if (outputs.empty()) fail(ErrorCode::Schema, "outputs", "a graph needs at least one output");

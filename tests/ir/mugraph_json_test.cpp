@@ -6,9 +6,13 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
@@ -269,6 +273,32 @@ TEST(MugraphJson, EveryExampleRoundTrips) {
   if (seen == 0) GTEST_SKIP() << "no examples/*.mugraph.json yet";
 }
 
+// Issue 21: reading is linear in the number of block ops. A file may hold 64 MiB, a million
+// block ops; the builder's check that names are unique scanned every earlier op (and every
+// earlier saver), so a long block graph took hours to read.
+TEST(MugraphJson, ReadingALongBlockGraphIsLinear) {
+  const int chain = 100000, savers = 20000;
+  std::string ops = R"({"name": "x", "op": "input", "input": "X", "imap": [-1]})";
+  for (int i = 0; i < chain; ++i)
+    ops += fmt::format(R"(, {{"name": "n{}", "op": "neg", "inputs": ["{}"]}})", i,
+                       i ? fmt::format("n{}", i - 1) : "x");
+  for (int i = 0; i < savers; ++i)
+    ops += fmt::format(
+        R"(, {{"name": "s{}", "op": "output", "inputs": ["n{}"], "output": "Y{}", "dtype": "f32",
+              "omap": [-1]}})",
+        i, chain - 1, i);
+  const std::string text = R"({"format": "mugraph/1", "name": "chain",
+    "inputs": [{"name": "X", "shape": [4], "dtype": "f32"}],
+    "kernels": [{"name": "k", "op": "graph_defined", "inputs": ["X"], "grid": [1],
+                 "block_ops": [)" +
+                           ops + R"(]}],
+    "outputs": ["Y0"]})";
+  KernelGraph g = parse_mugraph(text, "chain.mugraph.json");
+  ASSERT_EQ(g.ops.size(), 1u);
+  EXPECT_EQ(g.ops[0].block->ops.size(), size_t{1 + chain + savers});
+  EXPECT_EQ(g.ops[0].block->outputs.size(), size_t{savers});
+}
+
 // ----------------------------------------------------------------------------------------------
 // Decoding errors. Each starts from a valid file and breaks one thing.
 
@@ -281,6 +311,14 @@ json& block_op(json& j, int k) {
   return j["kernels"][0]["block_ops"][k];
 }
 
+// An error must be fit to print: bounded, no control bytes, valid UTF-8.
+void expect_presentable(const UserError& e) {
+  const std::string r = e.render();
+  EXPECT_LT(r.size(), 1024u) << r.substr(0, 200);
+  for (char c : r) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7F) << r;
+  EXPECT_NO_THROW((void)json(r).dump()) << "not UTF-8: " << r;
+}
+
 void expect_error(const json& j, ErrorCode code, const std::string& path,
                   const std::string& hint_part = {}) {
   try {
@@ -290,6 +328,7 @@ void expect_error(const json& j, ErrorCode code, const std::string& path,
     EXPECT_EQ(e.code(), code) << e.render();
     EXPECT_EQ(e.path(), path) << e.render();
     EXPECT_EQ(e.file(), "t.mugraph.json");
+    expect_presentable(e);
     if (!hint_part.empty()) {
       EXPECT_NE(e.hint().find(hint_part), std::string::npos) << e.render();
     }
@@ -310,6 +349,25 @@ TEST(MugraphJsonErrors, UnknownKeys) {
   j = valid();
   j["kernels"][0]["block_ops"][5]["thread_ops"][0]["attr"] = json::object();
   expect_error(j, ErrorCode::Schema, "kernels[0].block_ops[5].thread_ops[0].attr");
+}
+
+// Issue 21 (found by kiln_fuzz_mugraph): the path of an unknown key held the key's raw bytes, so
+// a tab or a megabyte-long key went into the message as is. Keys print as in the spec reader.
+TEST(MugraphJsonErrors, UnknownKeysPrintSafelyInPaths) {
+  const std::string huge(1 << 20, 'k');
+  const std::pair<std::string, std::string> cases[] = {
+      {"\ttrs", "kernels[0].block_ops[4][\"\\x09trs\"]"},
+      {"a b", "kernels[0].block_ops[4][\"a b\"]"},
+      {huge, "kernels[0].block_ops[4][\"" + std::string(32, 'k') + "...\"]"},
+  };
+  for (const auto& [key, path] : cases) {
+    json j = valid();
+    block_op(j, 4)[key] = json::object();
+    expect_error(j, ErrorCode::Schema, path);
+  }
+  json j = valid();
+  block_op(j, 3)["attrs"] = {{"\x7f", 1}};
+  expect_error(j, ErrorCode::Op, "kernels[0].block_ops[3].attrs[\"\\x7F\"]");
 }
 
 TEST(MugraphJsonErrors, MissingOrMistypedKeys) {
@@ -418,6 +476,52 @@ TEST(MugraphJsonErrors, UnknownNames) {
   expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6].output");
 }
 
+// Issue 21 (found by kiln_fuzz_mugraph): the block graph builder quoted a block op's name, or a
+// saver's tensor name, raw: in its "invalid name" error, and as the op's label in other errors
+// (a bad map) raised before the name was checked. Names are now checked first and quoted
+// escaped, so a control byte or a megabyte of name never reaches the message.
+TEST(MugraphJsonErrors, InvalidBlockOpNamesAreQuotedSafely) {
+  const std::string huge(1 << 20, 'n');
+  json j = valid();
+  block_op(j, 0)["name"] = "x\ty";
+  block_op(j, 0)["imap"] = json::array({5});
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[0].name");
+  j = valid();
+  block_op(j, 3)["name"] = "m" + huge;
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].name");
+  j = valid();
+  block_op(j, 3)["name"] = "\x01";
+  block_op(j, 3)["inputs"] = json::array({"x", "x"});  // a shape error, with the op's label
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[3].name");
+  j = valid();
+  block_op(j, 5)["name"] = "f\n";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[5].name");
+  j = valid();
+  block_op(j, 6)["name"] = "\x7f";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+  j = valid();
+  block_op(j, 6)["output"] = "O\a";
+  block_op(j, 6)["omap"] = json::array({7});
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+  j = valid();
+  block_op(j, 6)["output"] = huge;
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[6]");
+}
+
+// Issue 21: the hint for an input op naming no input of its kernel listed all of the kernel's
+// inputs, up to 64 names of 256 bytes: 16 KiB of hint. It is cut like any quoted text.
+TEST(MugraphJsonErrors, HintsListingNamesAreBounded) {
+  json j = valid();
+  json& kernel = j["kernels"][0];
+  for (int i = 0; i < 61; ++i) {
+    std::string name = fmt::format("{:_>250}{}", 'T', i);
+    j["inputs"].push_back({{"name", name}, {"shape", {4}}, {"dtype", "f32"}});
+    kernel["inputs"].push_back(name);
+  }
+  block_op(j, 1)["input"] = "V";
+  expect_error(j, ErrorCode::Name, "kernels[0].block_ops[1].input", "the kernel's inputs are: X");
+}
+
 TEST(MugraphJsonErrors, StructureAndStageMisuse) {
   json j = valid();
   block_op(j, 5)["inputs"] = json::array({"a", "m"});  // mixes post and loop tiles
@@ -506,6 +610,48 @@ TEST(MugraphJsonErrors, NonFiniteConstantsCannotBeWritten) {
   } catch (const UserError& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
   }
+}
+
+// Inputs kiln_fuzz_mugraph found (tests/data/mugraph_errors, also its seeds), read the way kiln
+// show reads a file. Each is rejected with the code and path given here, in a presentable error,
+// or (code nullopt) accepted and written back exactly.
+TEST(MugraphJsonErrors, FuzzFindingsStayFixed) {
+  struct Expect {
+    std::optional<ErrorCode> code;
+    std::string path;
+  };
+  const std::map<std::string, Expect> expected = {
+      // A DEL in a block op's name went raw into the message.
+      {"block_op_name_control_byte.json", {ErrorCode::Name, "kernels[1].block_ops[3].name"}},
+      // A tab in a key went raw into the path.
+      {"unknown_key_control_byte.json",
+       {ErrorCode::Schema, "kernels[0].block_ops[4][\"\\x09trs\"]"}},
+  };
+  const auto dir = std::filesystem::path(KILN_SOURCE_DIR) / "tests/data/mugraph_errors";
+  size_t seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    auto it = expected.find(name);
+    if (it == expected.end()) {
+      ADD_FAILURE() << "no expectation for " << name;
+      continue;
+    }
+    ++seen;
+    const Expect& x = it->second;
+    try {
+      KernelGraph g = load_graph_file(entry.path().string());
+      EXPECT_FALSE(x.code) << "accepted";
+      std::string text = write_mugraph(g);
+      EXPECT_EQ(write_mugraph(parse_mugraph(text)), text);
+    } catch (const UserError& e) {
+      ASSERT_TRUE(x.code) << e.render();
+      EXPECT_EQ(e.code(), *x.code) << e.render();
+      EXPECT_EQ(e.path(), x.path) << e.render();
+      expect_presentable(e);
+    }
+  }
+  EXPECT_EQ(seen, expected.size());
 }
 
 // Random edits of valid files: every outcome is a graph or a UserError, never a crash, an

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/ir/ops.h"
@@ -128,6 +129,9 @@ class BlockGraphBuilder {
  private:
   int push(BlockOp op);
   BlockGraph g_;
+  // Names taken so far, so that building stays linear in the number of ops (a file may hold a
+  // million block ops).
+  std::unordered_set<std::string> op_names_, output_names_;
 };
 
 }  // namespace kiln
