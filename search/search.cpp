@@ -19,6 +19,7 @@
 
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
+#include "kiln/ir/memory.h"
 #include "kiln/search/absexpr.h"
 #include "kiln/search/float_model.h"
 #include "kiln/search/prune.h"
@@ -101,10 +102,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int64_t rss_mb() {
-  std::ifstream f("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  if (!(f >> pages >> resident)) return 0;
-  return resident * 4096 / (1 << 20);
+  return rss_bytes() >> 20;
 }
 
 // One kernel choice for a group, with its modeled cost.
@@ -621,6 +619,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
     vo.seed = config.seed;
     vo.threads = config.threads;
     vo.deadline = deadline;
+    vo.max_bytes = config.max_memory_mb << 20;
     verifier::Verdict v;
     try {
       v = verifier::verify(spec, c.graph, vo);
@@ -636,6 +635,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
                              v.scaled ? ", scaled" : "")
                : fmt::format("{} (bound {:.3g}, {} trials{})", verifier::outcome_name(v.outcome),
                              v.bound, v.trials, v.scaled ? ", scaled" : "");
+    if (!v.memory.empty()) line = "not verified: the verification " + v.memory;
     if (v.cut) {
       line = fmt::format("not verified: the time limit passed ({} trials)", v.trials);
       r.cut = "verifier";
@@ -673,6 +673,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
       return r;
     }
     fo.deadline = deadline;
+    fo.max_bytes = config.max_memory_mb << 20;
     verifier::FloatCheck fc = verifier::float_check(spec, c.graph, config.seed, fo);
     r.float_seconds = fc.seconds;
     if (fc.cut) r.cut = "float_check";
@@ -682,7 +683,8 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
       r.detail = fc.summary();
       return r;
     }
-    line += fc.cut ? "; float check skipped (the time limit)"
+    line += !fc.memory.empty() ? "; float check skipped (" + fc.memory + ")"
+            : fc.cut           ? "; float check skipped (the time limit)"
             : fc.skipped
                 ? "; float check skipped (too costly on the CPU)"
                 : fmt::format("; float check ok ({}{}{})",

@@ -176,6 +176,20 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     }
   }
 
+  // Memory: each trial holds both graphs' field values (inputs shared by name), one evaluation
+  // at a time, and the free-selection re-evaluation's.
+  if (opt.max_bytes > 0) {
+    const int vb = static_cast<int>(sizeof(FieldValue));
+    const double need = 3 * std::max(estimate_bytes(*ga, vb), estimate_bytes(*gb, vb));
+    const double have = static_cast<double>(rss_bytes());
+    if (have + need > static_cast<double>(opt.max_bytes)) {
+      v.outcome = Outcome::Inconclusive;
+      v.memory = fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
+                             bytes_str(have), bytes_str(static_cast<double>(opt.max_bytes)));
+      return v;
+    }
+  }
+
   // 2. The degree bound, from the same traversal in the degree domain.
   Sampling s0 = make_sampling(*ga, *gb, work, opt.sample_work, trial_seed(opt.seed, -1));
   {
@@ -378,6 +392,8 @@ std::string Verdict::summary() const {
     if (scaled) s += fmt::format(" (scaled instance: {})", index_str(scaled_element));
     s += fmt::format("\n  seed {} (trial seed {:#018x}, prime pair {}), after {} trial(s)\n", seed,
                      failing_seed, failing_pair, trials);
+  } else if (outcome == Outcome::Inconclusive && !memory.empty()) {
+    s += "inconclusive: the verification " + memory + "\n";
   } else if (outcome == Outcome::Inconclusive && cut) {
     s += fmt::format("inconclusive: the time limit passed after {} trial(s)\n", trials);
   } else if (outcome == Outcome::Inconclusive) {
@@ -491,6 +507,22 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
   } else {
     fc.work = work;
   }
+  // Memory: the inputs in float64 (twice when the candidate orders them otherwise), then one
+  // evaluation at a time, each with its outputs.
+  if (opt.max_bytes > 0) {
+    double in_bytes = 0, out_bytes = 0;
+    for (int t : spec.inputs) in_bytes += 8.0 * double(interp::elements(spec.tensor(t).shape));
+    for (int t : spec.outputs) out_bytes += 8.0 * double(interp::elements(spec.tensor(t).shape));
+    const double need =
+        2 * in_bytes + 2 * out_bytes +
+        std::max(estimate_bytes(spec, 8), estimate_bytes(cand, opt.candidate_f32 ? 4 : 8));
+    const double have = double(rss_bytes());
+    if (have + need > double(opt.max_bytes)) {
+      fc.memory = fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
+                              bytes_str(have), bytes_str(double(opt.max_bytes)));
+      return skip(false);
+    }
+  }
   EvalOptions es, ec;
   es.threads = ec.threads = opt.threads;
   es.deadline = ec.deadline = opt.deadline;
@@ -514,12 +546,18 @@ void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
                 const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
                 EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc) {
   for (const InputSet& set : sets) {
-    std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), in_cand;
-    for (int t : cand.inputs) {
-      const std::string& name = cand.tensor(t).name;
-      for (size_t i = 0; i < spec.inputs.size(); ++i)
-        if (spec.tensor(spec.inputs[i]).name == name) in_cand.push_back(in_spec[i]);
-    }
+    std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), reordered;
+    // The candidate's inputs: the same tensors, copied only when its order differs.
+    bool same_order = true;
+    for (size_t k = 0; k < cand.inputs.size(); ++k)
+      same_order &= cand.tensor(cand.inputs[k]).name == spec.tensor(spec.inputs[k]).name;
+    if (!same_order)
+      for (int t : cand.inputs) {
+        const std::string& name = cand.tensor(t).name;
+        for (size_t i = 0; i < spec.inputs.size(); ++i)
+          if (spec.tensor(spec.inputs[i]).name == name) reordered.push_back(in_spec[i]);
+      }
+    const std::vector<HostTensor>& in_cand = same_order ? in_spec : reordered;
     bool out_of_range = false;
     es.out_of_f32_range = &out_of_range;
     std::vector<HostTensor> os =
@@ -559,6 +597,7 @@ std::string FloatCheck::failures() const {
 }
 
 std::string FloatCheck::summary() const {
+  if (skipped && !memory.empty()) return "float check skipped: " + memory;
   if (skipped && cut)
     return fmt::format(
         "float check skipped: the time limit left too little time for ~{:.2g} element operations",

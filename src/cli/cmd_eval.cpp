@@ -39,13 +39,25 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")
       ->check(thread_count())
       ->capture_default_str();
+  static int64_t memory_limit_mb = 0;
+  add_memory_limit(cmd, memory_limit_mb);
   cmd->callback([] {
     KernelGraph g = load_graph_file(file);
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<HostTensor> inputs = random_inputs(g, seed, input_std);
     EvalOptions opt;
     opt.precision = precision == "f32" ? Precision::F32 : Precision::F64;
     opt.threads = threads;
+    opt.max_bytes = memory_limit_mb << 20;
+    // The float64 inputs come first: check them with the evaluation before allocating them.
+    double in_bytes = 0;
+    for (int t : g.inputs) in_bytes += 8.0 * double(numel(g.tensor(t).shape));
+    const double need = in_bytes + estimate_bytes(g, opt.precision == Precision::F32 ? 4 : 8);
+    if (need > double(opt.max_bytes))
+      throw MemoryLimitExceeded(
+          fmt::format("evaluating {} needs ~{} for its inputs and tensors; the memory limit is {} "
+                      "(--memory-limit)",
+                      g.name, bytes_str(need), bytes_str(double(opt.max_bytes))));
+    std::vector<HostTensor> inputs = random_inputs(g, seed, input_std);
     std::vector<HostTensor> outs = evaluate(g, inputs, opt);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string dist =

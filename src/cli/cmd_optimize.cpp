@@ -161,6 +161,8 @@ void add_optimize(CLI::App& app) {
   cmd->add_option("--profile-repeats", profile_repeats, "timed replays per profiled candidate")
       ->check(whole_number(1, 100000, "replays"))
       ->capture_default_str();
+  static int64_t memory_limit_mb = 0;
+  add_memory_limit(cmd, memory_limit_mb);
   cmd->callback([] {
     const auto t_start = std::chrono::steady_clock::now();
     KernelGraph spec = parse_spec_file(file);
@@ -190,6 +192,7 @@ void add_optimize(CLI::App& app) {
     search::SearchConfig cfg;
     cfg.arch = *arch_from_name(target);
     cfg.time_limit_s = time_limit;
+    cfg.max_memory_mb = memory_limit_mb;
     // What the limit must also cover: the time spent so far (parsing, probing the GPU) and the
     // writing after the search, which grows with the spec (~20 us per op: the report, the μGraphs,
     // the .cu; measured on a 100,000-node chain).

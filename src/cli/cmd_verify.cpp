@@ -44,9 +44,12 @@ void add_verify(CLI::App& app) {
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")
       ->check(thread_count())
       ->capture_default_str();
+  static int64_t memory_limit_mb = 0;
+  add_memory_limit(cmd, memory_limit_mb);
   cmd->callback([] {
     KernelGraph a = load_graph_file(file_a), b = load_graph_file(file_b);
     verifier::VerifyOptions opt;
+    opt.max_bytes = memory_limit_mb << 20;
     opt.trials = trials;
     opt.seed = seed;
     opt.scale = !no_scale;
@@ -59,6 +62,7 @@ void add_verify(CLI::App& app) {
           search::gpu_float_check_options(b, v.equivalent() && !v.bounded(), threads);
       fo.max_sampled_work = 1e300;  // asked for explicitly: run it however long it takes
       if (input_std >= 0) fo.input_stds = {input_std};
+      fo.max_bytes = memory_limit_mb << 20;
       verifier::FloatCheck fc = verifier::float_check(a, b, seed, fo);
       std::printf("%s\n", fc.summary().c_str());
       ok &= fc.ok;

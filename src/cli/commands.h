@@ -34,6 +34,8 @@ CLI::Validator real_number(double lo, double hi, const char* what);
 CLI::Validator input_std_range();
 // Worker threads: 0 (all cores) to 1024.
 CLI::Validator thread_count();
+// Adds `--memory-limit MB` (64 MB to 16 TB; default half the machine's RAM) to cmd, into mb.
+void add_memory_limit(CLI::App* cmd, int64_t& mb);
 
 // Output paths (outputs.cpp): make_dirs creates a directory and its parents, make_parent_dirs
 // those of a file about to be written; both throw a UserError that says why and what to do when

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/memory.h"
 #include "kiln/version.h"
 
 namespace kiln::cli {
@@ -51,6 +52,15 @@ CLI::Validator input_std_range() {
 CLI::Validator thread_count() {
   return whole_number(0, 1024, "threads (0: all cores)");
 }
+void add_memory_limit(CLI::App* cmd, int64_t& mb) {
+  mb = kiln::default_memory_limit_mb();
+  cmd->add_option("--memory-limit", mb,
+                  "memory the run may use, in MB (default: half the machine's RAM); checked "
+                  "before the interpreter, the verifier and the float check allocate their "
+                  "tensors, and by the search")
+      ->check(whole_number(64, int64_t(1) << 24, "MB"))
+      ->capture_default_str();
+}
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
@@ -87,6 +97,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const kiln::InternalError& e) {
     std::fprintf(stderr, "kiln: %s\nThis is a bug in Kiln; please report it.\n", e.what());
+    return 1;
+  } catch (const kiln::MemoryLimitExceeded& e) {
+    std::fprintf(stderr,
+                 "kiln: over the memory limit: %s; raise --memory-limit or use smaller shapes\n",
+                 e.what());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,

@@ -3,6 +3,8 @@
 // comparison helpers. The evaluation itself is the generic core (eval_core.h).
 #include "kiln/interp/interp.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -99,6 +101,18 @@ auto with_threads(int threads, F&& f) {
 
 std::vector<HostTensor> run_precision(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                       const EvalOptions& opt, const EvalPlan* plan) {
+  if (opt.max_bytes > 0) {
+    const int vb = opt.precision == Precision::F32 ? 4 : 8;
+    // The domain's tensors, and the float64 copies of the outputs handed back.
+    double need = estimate_bytes(g, vb);
+    for (int t : g.outputs) need += 8.0 * static_cast<double>(numel(g.tensor(t).shape));
+    const double have = static_cast<double>(rss_bytes());
+    if (have + need > static_cast<double>(opt.max_bytes))
+      throw MemoryLimitExceeded(fmt::format(
+          "evaluating {} needs ~{} for its tensors with {} in use; the memory limit is {} "
+          "(--memory-limit)",
+          g.name, bytes_str(need), bytes_str(have), bytes_str(double(opt.max_bytes))));
+  }
   return with_threads(opt.threads, [&] {
     if (opt.precision == Precision::F32)
       return run(interp::F32Domain{}, g, inputs, plan, opt.operand_rounding, opt.deadline);
@@ -119,6 +133,26 @@ uint64_t mix64(uint64_t z) {
 }
 
 }  // namespace
+
+double estimate_bytes(const KernelGraph& g, int value_bytes) {
+  const size_t nt = g.tensors.size();
+  std::vector<int> last_use(nt, -1);
+  std::vector<uint8_t> keep(nt, 0);
+  for (int t : g.outputs) keep[t] = 1;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    for (int t : g.ops[i].inputs) last_use[t] = static_cast<int>(i);
+  auto bytes = [&](int t) { return static_cast<double>(numel(g.tensor(t).shape)) * value_bytes; };
+  double live = 0;
+  for (int t : g.inputs) live += bytes(t);
+  double peak = live;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (int t : g.ops[i].outputs) live += bytes(t);
+    peak = std::max(peak, live);
+    for (int t : g.ops[i].inputs)
+      if (last_use[t] == static_cast<int>(i) && !keep[t]) live -= bytes(t);
+  }
+  return peak;
+}
 
 std::vector<HostTensor> evaluate(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                  const EvalOptions& opt) {

@@ -12,6 +12,7 @@
 
 #include "kiln/ir/deadline.h"
 #include "kiln/ir/kernel_graph.h"
+#include "kiln/ir/memory.h"
 
 namespace kiln {
 
@@ -56,7 +57,15 @@ struct EvalOptions {
   bool* out_of_f32_range = nullptr;
   // Checked before every op: past it, evaluate() throws DeadlinePassed.
   Deadline deadline;
+  // > 0: evaluate() throws MemoryLimitExceeded, before allocating, when the resident set plus
+  // what the evaluation's tensors need (estimate_bytes) would pass this many bytes.
+  int64_t max_bytes = 0;
 };
+
+// The most bytes an evaluation of g holds in tensors at once, `value_bytes` per element (8 for
+// F64, 4 for F32): the inputs, every op's results while live (they are dropped after their last
+// use) and the outputs. Block-level tiles are not counted (a few per worker).
+double estimate_bytes(const KernelGraph& g, int value_bytes);
 
 // Evaluates g on inputs (one per g.inputs, matching shapes) and returns g's outputs in order.
 // Throws UserError(Shape) if the inputs do not match.

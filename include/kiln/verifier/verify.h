@@ -35,6 +35,9 @@ struct VerifyOptions {
   // Past it no further trial starts, and a running one stops between ops: the verdict is then
   // Inconclusive with `cut` set, unless it was already Different.
   Deadline deadline;
+  // > 0: Inconclusive (Verdict::memory says why) when the resident set plus what the (scaled)
+  // graphs' field values need would pass this many bytes.
+  int64_t max_bytes = 0;
 };
 
 enum class Outcome : uint8_t { Equivalent, Different, Inconclusive };
@@ -62,6 +65,7 @@ struct Verdict {
   bool selection_dependent = false;
   std::string dependent_graph;  // the first graph found to depend on its selections
   bool cut = false;             // the deadline stopped the trials (outcome Inconclusive)
+  std::string memory;           // the memory limit stopped them: what they needed
   uint64_t seed = 0;            // the base seed; trial i uses trial_seed(seed, i)
 
   // Where the graphs differ (outcome Different).
@@ -117,6 +121,9 @@ struct FloatCheckOptions {
   // float_check); what does not fit, or is still running when the deadline passes, is skipped
   // with `cut` set (FloatCheck::skipped, ok stays true).
   Deadline deadline;
+  // > 0: skipped (FloatCheck::memory says why) when the resident set plus what the check's
+  // tensors need would pass this many bytes.
+  int64_t max_bytes = 0;
 };
 
 struct FloatCheck {
@@ -133,6 +140,7 @@ struct FloatCheck {
   bool sampled = false;
   bool skipped = false;         // too costly to evaluate (see max_sampled_work); ok is true
   bool cut = false;             // skipped because the deadline passed or would have
+  std::string memory;           // skipped because of the memory limit: what it needed
   double work = 0;              // estimated element operations of one evaluation pair
   std::vector<Output> outputs;  // per input set, per output
   // Input sets on which the spec's float64 reference leaves the float32 range (some op result

@@ -1,0 +1,37 @@
+// The memory limit's measurements (memory.h).
+#include "kiln/ir/memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace kiln {
+
+int64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(f >> pages >> resident)) return 0;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : 0;
+}
+
+int64_t default_memory_limit_mb() {
+  const int64_t ram = physical_memory_bytes();
+  if (ram <= 0) return 8192;
+  return std::max<int64_t>(1024, ram / 2 / (1 << 20));
+}
+
+std::string bytes_str(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.0f} KB", bytes / 1e3);
+}
+
+}  // namespace kiln
