@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/ir/file_lock.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/version.h"
 
@@ -37,18 +38,6 @@ std::string cache_entry_path(const std::string& dir, const std::string& key) {
   return dir + "/" + key + ".json";
 }
 
-namespace {
-
-const char* special_kind(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
-  return "not a regular file";
-}
-
-}  // namespace
-
 CacheLookup cache_load(const std::string& dir, const std::string& key) {
   CacheLookup l;
   l.path = cache_entry_path(dir, key);
@@ -65,7 +54,7 @@ CacheLookup cache_load(const std::string& dir, const std::string& key) {
   }
   if (!S_ISREG(st.st_mode)) {
     l.status = CacheStatus::NotRegular;
-    l.why = special_kind(st.st_mode);
+    l.why = file_kind_name(st.st_mode);
     return l;
   }
   // Non-blocking, in case a FIFO replaced the file since the stat; checked again once open.
@@ -74,7 +63,7 @@ CacheLookup cache_load(const std::string& dir, const std::string& key) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     l.status = CacheStatus::NotRegular;
-    l.why = special_kind(st.st_mode);
+    l.why = file_kind_name(st.st_mode);
     return l;
   }
   std::string text;

@@ -157,15 +157,15 @@ struct Shared {
   void count_state() { add_states(1); }
   // Counts k states at once (the enumerator's, without a trace). The clock is read on every call
   // (tens of nanoseconds; one state of a large graph costs milliseconds, so a count-based check
-  // let a 1,000-node chain run twice its limit); memory is read when the count crosses a
-  // multiple of 4096 (it reads /proc), progress at most every 100 ms.
+  // let a 1,000-node chain run twice its limit); progress is offered when the count crosses a
+  // multiple of 256 and memory read at 4096 (it reads /proc), as if counted one by one.
   void add_states(int64_t k) {
     int64_t n = states += k;
     if (n >= config->max_states) halt(StopReason::StateLimit);
     if (Clock::now() >= deadline) halt(StopReason::TimeLimit);
     if ((n >> 12) != ((n - k) >> 12) && rss_mb() > config->max_memory_mb)
       halt(StopReason::MemoryLimit);
-    report("generate", 0);
+    if ((n >> 8) != ((n - k) >> 8)) report("generate", 0);
   }
   void add_pruned(const std::string& why, int64_t n = 1) {
     std::lock_guard<std::mutex> l(pruned_mu);
@@ -877,9 +877,10 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // check is then their check), except unbounded verdicts, which check_candidate refuses.
   //
   // All of it stops at the time limit (`hard`). Past it, with nothing ranked, only the spec is
-  // still checked (its verdict needs no verifier; a float check cut by the limit is skipped), so
-  // that a run out of time ships the spec's own kernels rather than nothing or something
-  // unchecked; every other candidate left is counted as cut.
+  // still tried (its verdict needs no verifier), and only a float check that ran ranks it first:
+  // a run out of time ships the spec's own kernels if they were checked, else nothing
+  // (SearchResult::out_of_time), never something unchecked. Every other candidate left is
+  // counted as cut.
   const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
   int float_failures = 0, not_checked = 0, cut_verifier = 0, cut_float = 0;
   double float_failure_s = 0, float_check_s = 0;
@@ -907,6 +908,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       c.verdict += "; not ranked first: the winner needs a float check that ran";
       chk.detail = c.verdict;
     }
+    if (c.is_spec && !chk.passed && !chk.cut.empty()) res.out_of_time = true;
     float_check_s += chk.float_seconds;
     if (!chk.passed) {
       if (chk.failed_check == "float_check") ++float_failures, float_failure_s += chk.float_seconds;

@@ -52,11 +52,8 @@ void add_eval(CLI::App& app) {
     double in_bytes = 0;
     for (int t : g.inputs) in_bytes += 8.0 * double(numel(g.tensor(t).shape));
     const double need = in_bytes + estimate_bytes(g, opt.precision == Precision::F32 ? 4 : 8);
-    if (need > double(opt.max_bytes))
-      throw MemoryLimitExceeded(
-          fmt::format("evaluating {} needs ~{} for its inputs and tensors; the memory limit is {} "
-                      "(--memory-limit)",
-                      g.name, bytes_str(need), bytes_str(double(opt.max_bytes))));
+    if (std::string why = over_memory_limit(need, opt.max_bytes); !why.empty())
+      throw MemoryLimitExceeded(fmt::format("evaluating {} with its inputs {}", g.name, why));
     std::vector<HostTensor> inputs = random_inputs(g, seed, input_std);
     std::vector<HostTensor> outs = evaluate(g, inputs, opt);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -280,6 +280,7 @@ void add_optimize(CLI::App& app) {
       if (may_store && !res.ranked.empty()) search::cache_store(dir, key, res);
     }
     entry_lock.release();
+    for (const std::string& cut : res.cut) std::fprintf(stderr, "kiln: cut: %s\n", cut.c_str());
     // What every report.json holds, whatever happens next.
     auto base_report = [&] {
       nlohmann::json r = search::result_to_json(res, false);
@@ -312,13 +313,8 @@ void add_optimize(CLI::App& app) {
     };
     if (res.ranked.empty()) {
       nlohmann::json report = base_report();
-      const bool out_of_time =
-          std::any_of(res.rejected.begin(), res.rejected.end(), [](const search::Candidate& c) {
-            return c.is_spec && c.verdict.find("time limit") != std::string::npos;
-          });
-      for (const std::string& cut : res.cut) std::fprintf(stderr, "kiln: cut: %s\n", cut.c_str());
       ship_nothing(
-          out_of_time
+          res.out_of_time
               ? fmt::format("the {:g} s time limit passed before a float check could run on any "
                             "candidate or the spec (nothing unchecked ships); raise --time-limit",
                             time_limit)
@@ -421,7 +417,6 @@ void add_optimize(CLI::App& app) {
         stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",
         spec.name.c_str(), search::stop_reason_name(res.stop), st.elapsed_s, (long long)st.states,
         (long long)st.lowered, pruned_str(st.pruned).c_str(), (long long)st.verified);
-    for (const std::string& cut : res.cut) std::fprintf(stderr, "kiln: cut: %s\n", cut.c_str());
     if (prof_res) {
       std::fprintf(stderr, "kiln: measured on %s:\n", pj["device"].get<std::string>().c_str());
       for (const search::ProfiledCandidate& p : prof_res->ranked)

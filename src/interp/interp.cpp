@@ -102,16 +102,11 @@ auto with_threads(int threads, F&& f) {
 std::vector<HostTensor> run_precision(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                       const EvalOptions& opt, const EvalPlan* plan) {
   if (opt.max_bytes > 0) {
-    const int vb = opt.precision == Precision::F32 ? 4 : 8;
     // The domain's tensors, and the float64 copies of the outputs handed back.
-    double need = estimate_bytes(g, vb);
+    double need = estimate_bytes(g, opt.precision == Precision::F32 ? 4 : 8);
     for (int t : g.outputs) need += 8.0 * static_cast<double>(numel(g.tensor(t).shape));
-    const double have = static_cast<double>(rss_bytes());
-    if (have + need > static_cast<double>(opt.max_bytes))
-      throw MemoryLimitExceeded(fmt::format(
-          "evaluating {} needs ~{} for its tensors with {} in use; the memory limit is {} "
-          "(--memory-limit)",
-          g.name, bytes_str(need), bytes_str(have), bytes_str(double(opt.max_bytes))));
+    if (std::string why = over_memory_limit(need, opt.max_bytes); !why.empty())
+      throw MemoryLimitExceeded(fmt::format("evaluating {} {}", g.name, why));
   }
   return with_threads(opt.threads, [&] {
     if (opt.precision == Precision::F32)

@@ -12,8 +12,7 @@
 
 namespace kiln {
 
-namespace {
-const char* kind_of(mode_t m) {
+const char* file_kind_name(mode_t m) {
   if (S_ISDIR(m)) return "a directory";
   if (S_ISFIFO(m)) return "a FIFO";
   if (S_ISLNK(m)) return "a symbolic link";
@@ -21,12 +20,11 @@ const char* kind_of(mode_t m) {
   if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
   return "not a regular file";
 }
-}  // namespace
 
 FileLock::FileLock(const std::string& path, const std::function<void()>& on_wait) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    error_ = std::string(kind_of(st.st_mode)) + ", not a regular file";
+    error_ = std::string(file_kind_name(st.st_mode)) + ", not a regular file";
     return;
   }
   // O_NONBLOCK: should a FIFO appear between the lstat and the open, the open does not wait for
@@ -37,7 +35,7 @@ FileLock::FileLock(const std::string& path, const std::function<void()>& on_wait
     return;
   }
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    error_ = std::string(kind_of(st.st_mode)) + ", not a regular file";
+    error_ = std::string(file_kind_name(st.st_mode)) + ", not a regular file";
     ::close(fd);
     return;
   }

@@ -286,9 +286,7 @@ void KernelGraphBuilder::output(int tensor_id) {
 KernelGraph KernelGraphBuilder::finish() && {
   if (g_.inputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one input");
   if (g_.outputs.empty()) user_error(ErrorCode::Structure, "a graph needs at least one output");
-  g_.producer_index.assign(g_.tensors.size(), -1);
-  for (size_t i = 0; i < g_.ops.size(); ++i)
-    for (int o : g_.ops[i].outputs) g_.producer_index[o] = static_cast<int>(i);
+  g_.producer_index = std::move(producer_);  // kept while building: every op's outputs, -1 inputs
   return std::move(g_);
 }
 

@@ -34,4 +34,12 @@ std::string bytes_str(double bytes) {
   return fmt::format("{:.0f} KB", bytes / 1e3);
 }
 
+std::string over_memory_limit(double need, int64_t limit_bytes) {
+  if (limit_bytes <= 0) return {};
+  const double have = static_cast<double>(rss_bytes());
+  if (have + need <= static_cast<double>(limit_bytes)) return {};
+  return fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
+                     bytes_str(have), bytes_str(static_cast<double>(limit_bytes)));
+}
+
 }  // namespace kiln

@@ -17,14 +17,20 @@
 namespace kiln::search {
 namespace {
 
+// A quick search: two threads, the pruner's fast path only, the top `top_k`.
+SearchConfig quick_config(int top_k = 2) {
+  SearchConfig c;
+  c.threads = 2;
+  c.top_k = top_k;
+  c.use_z3 = false;
+  return c;
+}
+
 TEST(Cache, SecondRunIsAHit) {
   std::string dir = std::string(KILN_BINARY_DIR) + "/test_cache_search";
   std::filesystem::remove_all(dir);
   KernelGraph spec = testing::small_matmul();
-  SearchConfig c;
-  c.threads = 2;
-  c.top_k = 2;
-  c.use_z3 = false;
+  SearchConfig c = quick_config(2);
   std::string key = cache_key(spec, c);
   EXPECT_EQ(cache_load(dir, key).status, CacheStatus::Missing);
   SearchResult r = run_search(spec, c);
@@ -66,10 +72,7 @@ TEST(Cache, DamagedEntryIsReportedAndReplaced) {
   EXPECT_FALSE(l.result.has_value());
   EXPECT_FALSE(l.why.empty());
   EXPECT_EQ(l.path, dir + "/0123456789abcdef.json");
-  SearchConfig c;
-  c.threads = 2;
-  c.top_k = 1;
-  c.use_z3 = false;
+  SearchConfig c = quick_config(1);
   SearchResult r = run_search(testing::small_matmul(), c);
   EXPECT_TRUE(cache_store(dir, "0123456789abcdef", r));
   EXPECT_EQ(cache_load(dir, "0123456789abcdef").status, CacheStatus::Hit);
@@ -88,10 +91,7 @@ TEST(Cache, SpecialFilesAreNotOpenedNorReplaced) {
   CacheLookup d = cache_load(dir, "bbbbbbbbbbbbbbbb");
   EXPECT_EQ(d.status, CacheStatus::NotRegular);
   EXPECT_NE(d.why.find("directory"), std::string::npos) << d.why;
-  SearchConfig c;
-  c.threads = 2;
-  c.top_k = 1;
-  c.use_z3 = false;
+  SearchConfig c = quick_config(1);
   SearchResult r = run_search(testing::small_matmul(), c);
   EXPECT_FALSE(cache_store(dir, "aaaaaaaaaaaaaaaa", r));
   EXPECT_FALSE(cache_store(dir, "bbbbbbbbbbbbbbbb", r));
@@ -128,12 +128,6 @@ TEST(Cache, EntryLockMakesTheSecondRunWait) {
   EXPECT_NE(fifo.error().find("FIFO"), std::string::npos) << fifo.error();
 }
 
-}  // namespace
-}  // namespace kiln::search
-
-namespace kiln::search {
-namespace {
-
 // Issue 21: the cache cannot lie. A cached result is checked again before use: an edited entry
 // (a graph that no longer computes the spec) and an entry of another spec both fail the recheck;
 // an untouched entry passes it.
@@ -141,10 +135,7 @@ TEST(Cache, EntriesAreCheckedAgainBeforeUse) {
   std::string dir = std::string(KILN_BINARY_DIR) + "/test_cache_recheck";
   std::filesystem::remove_all(dir);
   KernelGraph spec = testing::small_gated_mlp();
-  SearchConfig c;
-  c.threads = 2;
-  c.top_k = 2;
-  c.use_z3 = false;
+  SearchConfig c = quick_config(2);
   c.time_limit_s = 20;
   std::string key = cache_key(spec, c);
   SearchResult r = run_search(spec, c);

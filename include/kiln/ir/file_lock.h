@@ -2,10 +2,16 @@
 // output directory of `kiln optimize` and the entries of the result cache (docs/reliability.md).
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 
 namespace kiln {
+
+// What a file that is not a regular one is, for messages: "a directory", "a FIFO", "a symbolic
+// link", "a socket", "a device", else "not a regular file". `m` is a stat st_mode.
+const char* file_kind_name(mode_t m);
 
 // Held from construction to destruction (or release()). The kernel drops the lock when the
 // process dies, so a killed run never leaves a stale lock behind; the lock file itself stays (it

@@ -20,5 +20,8 @@ int64_t physical_memory_bytes();  // RAM of the machine (0 if unknown)
 int64_t default_memory_limit_mb();
 // "3.2 GB"
 std::string bytes_str(double bytes);
+// Empty when `need` more bytes fit under `limit_bytes` (<= 0: no limit) with the resident set;
+// otherwise why not: "needs ~X with Y in use, over the Z memory limit".
+std::string over_memory_limit(double need, int64_t limit_bytes);
 
 }  // namespace kiln

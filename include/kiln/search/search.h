@@ -124,6 +124,8 @@ struct SearchResult {
   // What the time limit cut, one line each ("generation: ...", "ranking: ..."); empty when
   // nothing was.
   std::vector<std::string> cut;
+  // Nothing ranked because the time limit cut even the spec's check (not because checks failed).
+  bool out_of_time = false;
   const Candidate& best() const { return ranked.front(); }
 };
 
