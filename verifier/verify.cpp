@@ -180,12 +180,10 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
   // at a time, and the free-selection re-evaluation's.
   if (opt.max_bytes > 0) {
     const int vb = static_cast<int>(sizeof(FieldValue));
-    const double need = 3 * std::max(estimate_bytes(*ga, vb), estimate_bytes(*gb, vb));
-    const double have = static_cast<double>(rss_bytes());
-    if (have + need > static_cast<double>(opt.max_bytes)) {
+    v.memory = over_memory_limit(3 * std::max(estimate_bytes(*ga, vb), estimate_bytes(*gb, vb)),
+                                 opt.max_bytes);
+    if (!v.memory.empty()) {
       v.outcome = Outcome::Inconclusive;
-      v.memory = fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
-                             bytes_str(have), bytes_str(static_cast<double>(opt.max_bytes)));
       return v;
     }
   }
@@ -449,101 +447,6 @@ std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const I
 
 void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
                 const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
-                EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc);
-
-}  // namespace
-
-FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
-                       const FloatCheckOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  check_compatible(spec, cand);
-  FloatCheck fc;
-  fc.seed = seed;
-  auto done = [&] {
-    fc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return fc;
-  };
-  std::vector<InputSet> sets;
-  for (double sd : opt.input_stds)
-    sets.push_back({sd > 0 ? fmt::format("normal {:g}", sd) : "uniform", sd, 0});
-  if (opt.signed_inputs) {
-    sets.push_back({"negative", 1, -1});
-    sets.push_back({"positive", 1, 1});
-    sets.push_back({"mixed signs", 1, 2});
-  }
-  // The time left buys so much work at an assumed rate (element operations per second and
-  // thread; the interpreter's is 1-3x this on elementwise chains and GEMM tiles). Each input set
-  // evaluates both graphs once.
-  constexpr double kRatePerThread = 5e7;
-  const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
-  const double affordable =
-      opt.deadline.remaining_s() * kRatePerThread * threads / static_cast<double>(sets.size());
-  const double max_work = std::min(opt.max_work, affordable);
-  const double max_sampled_work = std::min(opt.max_sampled_work, affordable);
-  auto skip = [&](bool cut) {
-    fc.skipped = true;
-    fc.cut = cut;
-    fc.ok = true;
-    return done();
-  };
-  // Rows: every row when cheap; else the first, the last and a random row of every output (fewer
-  // only if those alone are too costly), then more while cheap.
-  const double work = estimate_work(spec) + estimate_work(cand);
-  std::vector<std::vector<int64_t>> rows;
-  if (std::max(estimate_work(spec), estimate_work(cand)) > opt.max_work || work > affordable) {
-    fc.sampled = true;
-    try {
-      for (size_t mandatory : {3, 2, 1}) {
-        rows = choose_rows(spec, cand, std::max<int64_t>(opt.rows, 3), max_work, seed, mandatory,
-                           opt.deadline);
-        fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
-                  estimate_work(cand, interp::plan_rows(cand, rows));
-        if (fc.work <= max_sampled_work) break;
-      }
-    } catch (const DeadlinePassed&) {
-      return skip(true);
-    }
-    if (fc.work > max_sampled_work) return skip(fc.work <= opt.max_sampled_work);
-  } else {
-    fc.work = work;
-  }
-  // Memory: the inputs in float64 (twice when the candidate orders them otherwise), then one
-  // evaluation at a time, each with its outputs.
-  if (opt.max_bytes > 0) {
-    double in_bytes = 0, out_bytes = 0;
-    for (int t : spec.inputs) in_bytes += 8.0 * double(interp::elements(spec.tensor(t).shape));
-    for (int t : spec.outputs) out_bytes += 8.0 * double(interp::elements(spec.tensor(t).shape));
-    const double need =
-        2 * in_bytes + 2 * out_bytes +
-        std::max(estimate_bytes(spec, 8), estimate_bytes(cand, opt.candidate_f32 ? 4 : 8));
-    const double have = double(rss_bytes());
-    if (have + need > double(opt.max_bytes)) {
-      fc.memory = fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
-                              bytes_str(have), bytes_str(double(opt.max_bytes)));
-      return skip(false);
-    }
-  }
-  EvalOptions es, ec;
-  es.threads = ec.threads = opt.threads;
-  es.deadline = ec.deadline = opt.deadline;
-  es.precision = Precision::F64;
-  ec.precision = opt.candidate_f32 ? Precision::F32 : Precision::F64;
-  if (opt.candidate_f32) ec.operand_rounding = opt.operand_rounding;
-  fc.ok = true;
-  try {
-    check_sets(spec, cand, seed, sets, rows, es, ec, opt, fc);
-  } catch (const DeadlinePassed&) {  // the rate was optimistic: what ran is not a check
-    fc.outputs.clear();
-    fc.exempt.clear();
-    return skip(true);
-  }
-  return done();
-}
-
-namespace {
-
-void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
-                const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
                 EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc) {
   for (const InputSet& set : sets) {
     std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), reordered;
@@ -586,6 +489,97 @@ void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
 }
 
 }  // namespace
+
+FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
+                       const FloatCheckOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_compatible(spec, cand);
+  FloatCheck fc;
+  fc.seed = seed;
+  auto done = [&] {
+    fc.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return fc;
+  };
+  std::vector<InputSet> sets;
+  for (double sd : opt.input_stds)
+    sets.push_back({sd > 0 ? fmt::format("normal {:g}", sd) : "uniform", sd, 0});
+  if (opt.signed_inputs) {
+    sets.push_back({"negative", 1, -1});
+    sets.push_back({"positive", 1, 1});
+    sets.push_back({"mixed signs", 1, 2});
+  }
+  // The time left buys about so much work at an assumed rate (element operations per second and
+  // thread; measured on 2 cores: ~8e7 on elementwise chains, ~4e8 on GEMMs). Each input set
+  // evaluates both graphs once. The estimate narrows the rows, and skips only a check far beyond
+  // it; the deadline decides the rest while the check runs (skipping at the estimate left a
+  // 16x2048x3072 bf16 linear with nothing checked under a 4 s limit, though its check takes
+  // 0.5 s).
+  constexpr double kRatePerThread = 1e8, kSlack = 4;
+  const int threads = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
+  const double affordable =
+      opt.deadline.remaining_s() * kRatePerThread * threads / static_cast<double>(sets.size());
+  const double max_work = std::min(opt.max_work, affordable);
+  const double max_sampled_work = std::min(opt.max_sampled_work, affordable);
+  auto skip = [&](bool cut) {
+    fc.skipped = true;
+    fc.cut = cut;
+    fc.ok = true;
+    return done();
+  };
+  // Rows: every row when cheap; else the first, the last and a random row of every output (fewer
+  // only if those alone are too costly), then more while cheap.
+  const double work_spec = estimate_work(spec), work_cand = estimate_work(cand);
+  const double work = work_spec + work_cand;
+  std::vector<std::vector<int64_t>> rows;
+  if (std::max(work_spec, work_cand) > opt.max_work || work > affordable) {
+    fc.sampled = true;
+    try {
+      for (size_t mandatory : {3, 2, 1}) {
+        rows = choose_rows(spec, cand, std::max<int64_t>(opt.rows, 3), max_work, seed, mandatory,
+                           opt.deadline);
+        fc.work = estimate_work(spec, interp::plan_rows(spec, rows)) +
+                  estimate_work(cand, interp::plan_rows(cand, rows));
+        if (fc.work <= max_sampled_work) break;
+      }
+    } catch (const DeadlinePassed&) {
+      return skip(true);
+    }
+    if (fc.work > opt.max_sampled_work) return skip(false);
+  } else {
+    fc.work = work;
+  }
+  double in_elems = 0, out_elems = 0;
+  for (int t : spec.inputs) in_elems += double(interp::elements(spec.tensor(t).shape));
+  for (int t : spec.outputs) out_elems += double(interp::elements(spec.tensor(t).shape));
+  // Memory: the inputs in float64 (twice when the candidate orders them otherwise), then one
+  // evaluation at a time, each with its outputs.
+  if (opt.max_bytes > 0) {
+    fc.memory = over_memory_limit(
+        16 * (in_elems + out_elems) +
+            std::max(estimate_bytes(spec, 8), estimate_bytes(cand, opt.candidate_f32 ? 4 : 8)),
+        opt.max_bytes);
+    if (!fc.memory.empty()) return skip(false);
+  }
+  // Up to kSlack times the estimate may still fit (a GEMM runs ~4x the assumed rate); beyond,
+  // one op alone could run far past the deadline, which is read between ops only. The inputs
+  // are generated whole (~8 operations an element for a normal draw), sampled rows or not.
+  if (fc.work + 8 * in_elems > kSlack * affordable) return skip(true);
+  EvalOptions es, ec;
+  es.threads = ec.threads = opt.threads;
+  es.deadline = ec.deadline = opt.deadline;
+  es.precision = Precision::F64;
+  ec.precision = opt.candidate_f32 ? Precision::F32 : Precision::F64;
+  if (opt.candidate_f32) ec.operand_rounding = opt.operand_rounding;
+  fc.ok = true;
+  try {
+    check_sets(spec, cand, seed, sets, rows, es, ec, opt, fc);
+  } catch (const DeadlinePassed&) {  // the rate was optimistic: what ran is not a check
+    fc.outputs.clear();
+    fc.exempt.clear();
+    return skip(true);
+  }
+  return done();
+}
 
 std::string FloatCheck::failures() const {
   std::string s;

@@ -117,9 +117,9 @@ struct FloatCheckOptions {
   // difference that inputs of random signs almost never show.
   bool signed_inputs = false;
   int threads = 0;
-  // The rows are chosen so that the work fits the time left (at an assumed rate, see
-  // float_check); what does not fit, or is still running when the deadline passes, is skipped
-  // with `cut` set (FloatCheck::skipped, ok stays true).
+  // The rows are narrowed towards what fits the time left (at an assumed rate, see
+  // float_check); a check still running when the deadline passes is skipped with `cut` set
+  // (FloatCheck::skipped, ok stays true).
   Deadline deadline;
   // > 0: skipped (FloatCheck::memory says why) when the resident set plus what the check's
   // tensors need would pass this many bytes.
