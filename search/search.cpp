@@ -687,8 +687,12 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
             : fc.cut           ? "; float check skipped (the time limit)"
             : fc.skipped
                 ? "; float check skipped (too costly on the CPU)"
-                : fmt::format("; float check ok ({}{}{})",
+                : fmt::format("; float check ok ({}{}{}{})",
                               unbounded ? "uniform, normal 1, signed" : "uniform, normal 1",
+                              fc.sampled && !fc.outputs.empty()
+                                  ? fmt::format("; {} of {} rows", fc.outputs[0].rows_checked,
+                                                fc.outputs[0].rows_total)
+                                  : "",
                               fc.exempt.empty() ? "" : "; exempt: ",
                               fmt::format("{}", fmt::join(fc.exempt, ", ")));
     // An unbounded verdict stands only on a float check that ran.

@@ -435,32 +435,63 @@ struct InputSet {
   int sign = 0;
 };
 
-std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const InputSet& set) {
-  std::vector<HostTensor> in = random_inputs(g, seed, set.sign ? 1.0 : set.std);
+// The inputs of one set; `rows` (one row set per input of g, or null: every row) restricts them
+// to what a sampled check reads.
+std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const InputSet& set,
+                                    const std::vector<std::vector<uint8_t>>* rows) {
+  std::vector<HostTensor> in = random_inputs(g, seed, set.sign ? 1.0 : set.std, rows);
   if (set.sign)
     for (size_t i = 0; i < in.size(); ++i) {
       const double sg = set.sign == 2 ? (i % 2 ? 1.0 : -1.0) : set.sign;
-      for (double& x : in[i].data) x = sg * std::fabs(x);  // exact: a sign flip
+      const int64_t cols = interp::num_cols(in[i].shape);
+      for (size_t r = 0; r < static_cast<size_t>(interp::num_rows(in[i].shape)); ++r)
+        if (!rows || (*rows)[i].empty() || (*rows)[i][r])  // the others stay zero, uncommitted
+          for (int64_t e = static_cast<int64_t>(r) * cols; e < static_cast<int64_t>(r + 1) * cols;
+               ++e)
+            in[i].data[e] = sg * std::fabs(in[i].data[e]);  // exact: a sign flip
     }
   return in;
+}
+
+// The rows of the spec's inputs that the sampled evaluations of spec and candidate read (both
+// are given the same input tensors), or empty when the check is not sampled.
+std::vector<std::vector<uint8_t>> sampled_input_rows(
+    const KernelGraph& spec, const KernelGraph& cand,
+    const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<std::vector<uint8_t>> need = input_rows(spec, rows);
+  const std::vector<std::vector<uint8_t>> nc = input_rows(cand, rows);
+  for (size_t k = 0; k < cand.inputs.size(); ++k) {
+    const int i = spec.find_tensor(cand.tensor(cand.inputs[k]).name);
+    const size_t si = static_cast<size_t>(std::find(spec.inputs.begin(), spec.inputs.end(), i) -
+                                          spec.inputs.begin());
+    KILN_ASSERT(si < spec.inputs.size(), "candidate input {} is not the spec's",
+                cand.tensor(cand.inputs[k]).name);
+    std::vector<uint8_t>& m = need[si];
+    if (m.empty()) continue;  // every row already
+    if (nc[k].empty()) {
+      m.clear();
+      continue;
+    }
+    for (size_t r = 0; r < m.size(); ++r) m[r] |= nc[k][r];
+  }
+  return need;
 }
 
 void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
                 const std::vector<InputSet>& sets, const std::vector<std::vector<int64_t>>& rows,
                 EvalOptions& es, EvalOptions& ec, const FloatCheckOptions& opt, FloatCheck& fc) {
+  const std::vector<std::vector<uint8_t>> in_rows =
+      fc.sampled ? sampled_input_rows(spec, cand, rows) : std::vector<std::vector<uint8_t>>();
+  // The candidate's inputs: the spec's tensors, moved into its order after the spec's evaluation
+  // (a copy would commit every page of a sampled tensor).
+  std::vector<size_t> order;
+  for (int t : cand.inputs) {
+    const int i = spec.find_tensor(cand.tensor(t).name);
+    order.push_back(static_cast<size_t>(std::find(spec.inputs.begin(), spec.inputs.end(), i) -
+                                        spec.inputs.begin()));
+  }
   for (const InputSet& set : sets) {
-    std::vector<HostTensor> in_spec = make_inputs(spec, seed, set), reordered;
-    // The candidate's inputs: the same tensors, copied only when its order differs.
-    bool same_order = true;
-    for (size_t k = 0; k < cand.inputs.size(); ++k)
-      same_order &= cand.tensor(cand.inputs[k]).name == spec.tensor(spec.inputs[k]).name;
-    if (!same_order)
-      for (int t : cand.inputs) {
-        const std::string& name = cand.tensor(t).name;
-        for (size_t i = 0; i < spec.inputs.size(); ++i)
-          if (spec.tensor(spec.inputs[i]).name == name) reordered.push_back(in_spec[i]);
-      }
-    const std::vector<HostTensor>& in_cand = same_order ? in_spec : reordered;
+    std::vector<HostTensor> in_spec = make_inputs(spec, seed, set, fc.sampled ? &in_rows : nullptr);
     bool out_of_range = false;
     es.out_of_f32_range = &out_of_range;
     std::vector<HostTensor> os =
@@ -469,6 +500,8 @@ void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
       fc.exempt.push_back(set.name);
       continue;
     }
+    std::vector<HostTensor> in_cand;
+    for (size_t k : order) in_cand.push_back(std::move(in_spec[k]));
     std::vector<HostTensor> oc =
         fc.sampled ? evaluate_rows(cand, in_cand, rows, ec) : evaluate(cand, in_cand, ec);
     for (size_t i = 0; i < os.size(); ++i) {
@@ -548,21 +581,37 @@ FloatCheck float_check(const KernelGraph& spec, const KernelGraph& cand, uint64_
   } else {
     fc.work = work;
   }
+  // What the check generates and holds: whole inputs and outputs, or the rows a sampled check
+  // reads and compares (its tensors are committed only there; HostData).
   double in_elems = 0, out_elems = 0;
-  for (int t : spec.inputs) in_elems += double(interp::elements(spec.tensor(t).shape));
-  for (int t : spec.outputs) out_elems += double(interp::elements(spec.tensor(t).shape));
-  // Memory: the inputs in float64 (twice when the candidate orders them otherwise), then one
-  // evaluation at a time, each with its outputs.
+  if (fc.sampled) {
+    const std::vector<std::vector<uint8_t>> in_rows = sampled_input_rows(spec, cand, rows);
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      const Shape& sh = spec.tensor(spec.inputs[i]).shape;
+      const double nr = in_rows[i].empty()
+                            ? double(interp::num_rows(sh))
+                            : double(std::count(in_rows[i].begin(), in_rows[i].end(), 1));
+      in_elems += nr * double(interp::num_cols(sh));
+    }
+    for (size_t i = 0; i < spec.outputs.size(); ++i)
+      out_elems +=
+          double(rows[i].size()) * double(interp::num_cols(spec.tensor(spec.outputs[i]).shape));
+  } else {
+    for (int t : spec.inputs) in_elems += double(interp::elements(spec.tensor(t).shape));
+    for (int t : spec.outputs) out_elems += double(interp::elements(spec.tensor(t).shape));
+  }
+  // Memory: the inputs in float64, then one evaluation at a time, each with its outputs.
   if (opt.max_bytes > 0) {
-    fc.memory = over_memory_limit(
-        16 * (in_elems + out_elems) +
-            std::max(estimate_bytes(spec, 8), estimate_bytes(cand, opt.candidate_f32 ? 4 : 8)),
-        opt.max_bytes);
+    const int vc = opt.candidate_f32 ? 4 : 8;
+    const double eval =
+        fc.sampled ? std::max(estimate_bytes(spec, 8, rows), estimate_bytes(cand, vc, rows))
+                   : std::max(estimate_bytes(spec, 8), estimate_bytes(cand, vc));
+    fc.memory = over_memory_limit(8 * in_elems + 16 * out_elems + eval, opt.max_bytes);
     if (!fc.memory.empty()) return skip(false);
   }
   // Up to kSlack times the estimate may still fit (a GEMM runs ~4x the assumed rate); beyond,
-  // one op alone could run far past the deadline, which is read between ops only. The inputs
-  // are generated whole (~8 operations an element for a normal draw), sampled rows or not.
+  // one op alone could run far past the deadline, which is read between ops only. Generating an
+  // input costs ~8 operations an element (a normal draw).
   if (fc.work + 8 * in_elems > kSlack * affordable) return skip(true);
   EvalOptions es, ec;
   es.threads = ec.threads = opt.threads;

@@ -42,21 +42,29 @@ void check_inputs(const KernelGraph& g, const std::vector<HostTensor>& inputs) {
   }
 }
 
-// Inputs are values of their dtype: anything else is rounded to it first.
+// Inputs are values of their dtype: anything else is rounded to it first. With a row set (see
+// RowMask; empty: every row) only those rows are converted: the rest stay zero and uncommitted.
 template <class V>
-Tensor<V> to_domain(const HostTensor& h) {
+Tensor<V> to_domain(const HostTensor& h, const interp::RowMask& rows) {
   Tensor<V> t(h.shape);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, t.size(), 1 << 16),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i) {
-                        const double x = h.data[i];
-                        const float f = static_cast<float>(x);
-                        // Inline fast path of round_to_dtype for values that are floats.
-                        t.data[i] = static_cast<double>(f) == x
-                                        ? static_cast<V>(interp::round_float_to_dtype(f, h.dtype))
-                                        : static_cast<V>(interp::round_to_dtype(x, h.dtype));
-                      }
-                    });
+  auto convert = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const double x = h.data[i];
+      const float f = static_cast<float>(x);
+      // Inline fast path of round_to_dtype for values that are floats.
+      t.data[i] = static_cast<double>(f) == x
+                      ? static_cast<V>(interp::round_float_to_dtype(f, h.dtype))
+                      : static_cast<V>(interp::round_to_dtype(x, h.dtype));
+    }
+  };
+  if (rows.empty()) {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, t.size(), 1 << 16),
+                      [&](const tbb::blocked_range<int64_t>& r) { convert(r.begin(), r.end()); });
+    return t;
+  }
+  const int64_t cols = interp::num_cols(h.shape);
+  interp::for_rows(interp::Exec{true}, static_cast<int64_t>(rows.size()), cols, rows,
+                   [&](int64_t r) { convert(r * cols, (r + 1) * cols); });
   return t;
 }
 
@@ -71,20 +79,46 @@ struct F64RangeDomain : interp::F64Domain {
 };
 static_assert(interp::ValueDomain<F64RangeDomain>);
 
+// Row restriction of a partial evaluation: the plan, and the rows of each output to hand back.
+struct Partial {
+  const EvalPlan* plan = nullptr;
+  const std::vector<std::vector<int64_t>>* rows = nullptr;
+};
+
+// Evaluates g in domain d and hands back its outputs in float64: whole, or with a Partial the
+// listed rows of each (select_rows's shapes). Only what the plan computes is read or copied.
 template <class D>
 std::vector<HostTensor> run(const D& d, const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                            const EvalPlan* plan, std::span<const OperandRounding> rounding,
+                            Partial part, std::span<const OperandRounding> rounding,
                             const Deadline& deadline) {
   using V = typename D::V;
+  static const interp::RowMask all;
   std::vector<Tensor<V>> in;
-  for (const HostTensor& h : inputs) in.push_back(to_domain<V>(h));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int t = g.inputs[i];
+    if (part.plan && !part.plan->needed[t])
+      in.push_back(Tensor<V>(inputs[i].shape));  // never read: zeros, uncommitted
+    else
+      in.push_back(to_domain<V>(inputs[i], part.plan ? part.plan->rows[t] : all));
+  }
   std::vector<Tensor<V>> outs =
-      interp::evaluate_graph(d, g, std::move(in), plan, rounding, deadline);
+      interp::evaluate_graph(d, g, std::move(in), part.plan, rounding, deadline);
   std::vector<HostTensor> res;
   for (size_t i = 0; i < outs.size(); ++i) {
     const TensorDesc& t = g.tensor(g.outputs[i]);
-    res.push_back(HostTensor{t.shape, t.dtype,
-                             std::vector<double>(outs[i].data.begin(), outs[i].data.end())});
+    if (!part.rows) {
+      res.push_back(
+          HostTensor{t.shape, t.dtype, HostData(outs[i].data.begin(), outs[i].data.end())});
+    } else {
+      const std::vector<int64_t>& rows = (*part.rows)[i];
+      const int64_t cols = interp::num_cols(t.shape);
+      HostTensor r{{static_cast<int64_t>(rows.size()), cols}, t.dtype, {}};
+      r.data.reserve(rows.size() * static_cast<size_t>(cols));
+      for (int64_t row : rows)
+        r.data.insert(r.data.end(), outs[i].data.begin() + row * cols,
+                      outs[i].data.begin() + (row + 1) * cols);
+      res.push_back(std::move(r));
+    }
     outs[i] = Tensor<V>();
   }
   return res;
@@ -100,22 +134,27 @@ auto with_threads(int threads, F&& f) {
 }
 
 std::vector<HostTensor> run_precision(const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                                      const EvalOptions& opt, const EvalPlan* plan) {
+                                      const EvalOptions& opt, Partial part) {
   if (opt.max_bytes > 0) {
     // The domain's tensors, and the float64 copies of the outputs handed back.
-    double need = estimate_bytes(g, opt.precision == Precision::F32 ? 4 : 8);
-    for (int t : g.outputs) need += 8.0 * static_cast<double>(numel(g.tensor(t).shape));
+    const int vb = opt.precision == Precision::F32 ? 4 : 8;
+    double need = part.rows ? estimate_bytes(g, vb, *part.rows) : estimate_bytes(g, vb);
+    for (size_t i = 0; i < g.outputs.size(); ++i)
+      need +=
+          8.0 * static_cast<double>(part.rows ? (*part.rows)[i].size() *
+                                                    interp::num_cols(g.tensor(g.outputs[i]).shape)
+                                              : numel(g.tensor(g.outputs[i]).shape));
     if (std::string why = over_memory_limit(need, opt.max_bytes); !why.empty())
       throw MemoryLimitExceeded(fmt::format("evaluating {} {}", g.name, why));
   }
   return with_threads(opt.threads, [&] {
     if (opt.precision == Precision::F32)
-      return run(interp::F32Domain{}, g, inputs, plan, opt.operand_rounding, opt.deadline);
-    if (!opt.out_of_f32_range) return run(interp::F64Domain{}, g, inputs, plan, {}, opt.deadline);
+      return run(interp::F32Domain{}, g, inputs, part, opt.operand_rounding, opt.deadline);
+    if (!opt.out_of_f32_range) return run(interp::F64Domain{}, g, inputs, part, {}, opt.deadline);
     std::atomic<bool> out{false};
     F64RangeDomain d;
     d.out = &out;
-    auto r = run(d, g, inputs, plan, {}, opt.deadline);
+    auto r = run(d, g, inputs, part, {}, opt.deadline);
     *opt.out_of_f32_range = out.load();
     return r;
   });
@@ -129,14 +168,17 @@ uint64_t mix64(uint64_t z) {
 
 }  // namespace
 
-double estimate_bytes(const KernelGraph& g, int value_bytes) {
+namespace {
+
+// Peak bytes of an evaluation whose tensor t holds bytes(t) while live (estimate_bytes).
+template <class Bytes>
+double peak_bytes(const KernelGraph& g, Bytes bytes) {
   const size_t nt = g.tensors.size();
   std::vector<int> last_use(nt, -1);
   std::vector<uint8_t> keep(nt, 0);
   for (int t : g.outputs) keep[t] = 1;
   for (size_t i = 0; i < g.ops.size(); ++i)
     for (int t : g.ops[i].inputs) last_use[t] = static_cast<int>(i);
-  auto bytes = [&](int t) { return static_cast<double>(numel(g.tensor(t).shape)) * value_bytes; };
   double live = 0;
   for (int t : g.inputs) live += bytes(t);
   double peak = live;
@@ -149,10 +191,32 @@ double estimate_bytes(const KernelGraph& g, int value_bytes) {
   return peak;
 }
 
+}  // namespace
+
+double estimate_bytes(const KernelGraph& g, int value_bytes) {
+  return peak_bytes(
+      g, [&](int t) { return static_cast<double>(numel(g.tensor(t).shape)) * value_bytes; });
+}
+
+double estimate_bytes(const KernelGraph& g, int value_bytes,
+                      const std::vector<std::vector<int64_t>>& rows) {
+  const EvalPlan plan = interp::plan_rows(g, rows);
+  // A row occupies whole pages where it is shorter than one (its neighbours are not written).
+  constexpr double kPage = 4096;
+  return peak_bytes(g, [&](int t) {
+    const Shape& s = g.tensor(t).shape;
+    const double full = static_cast<double>(numel(s)) * value_bytes;
+    if (!plan.needed[t]) return 0.0;
+    if (plan.rows[t].empty()) return full;
+    const double n = static_cast<double>(std::count(plan.rows[t].begin(), plan.rows[t].end(), 1));
+    return std::min(full, n * std::max(kPage, double(interp::num_cols(s)) * value_bytes));
+  });
+}
+
 std::vector<HostTensor> evaluate(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                  const EvalOptions& opt) {
   check_inputs(g, inputs);
-  return run_precision(g, inputs, opt, nullptr);
+  return run_precision(g, inputs, opt, {});
 }
 
 std::vector<HostTensor> evaluate_rows(const KernelGraph& g, const std::vector<HostTensor>& inputs,
@@ -160,9 +224,19 @@ std::vector<HostTensor> evaluate_rows(const KernelGraph& g, const std::vector<Ho
                                       const EvalOptions& opt) {
   check_inputs(g, inputs);
   EvalPlan plan = interp::plan_rows(g, rows);
-  std::vector<HostTensor> full = run_precision(g, inputs, opt, &plan);
-  std::vector<HostTensor> res;
-  for (size_t i = 0; i < full.size(); ++i) res.push_back(select_rows(full[i], rows[i]));
+  return run_precision(g, inputs, opt, {&plan, &rows});
+}
+
+std::vector<std::vector<uint8_t>> input_rows(const KernelGraph& g,
+                                             const std::vector<std::vector<int64_t>>& rows) {
+  const EvalPlan plan = interp::plan_rows(g, rows);
+  std::vector<std::vector<uint8_t>> res;
+  for (int t : g.inputs) {
+    if (!plan.needed[t])
+      res.emplace_back(static_cast<size_t>(interp::num_rows(g.tensor(t).shape)), 0);
+    else
+      res.push_back(plan.rows[t]);
+  }
   return res;
 }
 

@@ -1,9 +1,11 @@
 // The memory limit's measurements (memory.h).
 #include "kiln/ir/memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -40,6 +42,33 @@ std::string over_memory_limit(double need, int64_t limit_bytes) {
   if (have + need <= static_cast<double>(limit_bytes)) return {};
   return fmt::format("needs ~{} with {} in use, over the {} memory limit", bytes_str(need),
                      bytes_str(have), bytes_str(static_cast<double>(limit_bytes)));
+}
+
+namespace {
+// Below this a mapping costs more (a system call and whole pages) than zeroing heap memory.
+constexpr size_t kMapBytes = size_t{1} << 20;
+}  // namespace
+
+void* lazy_zero_allocate(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes < kMapBytes) {
+    void* p = std::calloc(1, bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void lazy_zero_free(void* p, size_t bytes) {
+  if (!p) return;
+  if (bytes == 0) bytes = 1;
+  if (bytes < kMapBytes)
+    std::free(p);
+  else
+    ::munmap(p, bytes);
 }
 
 }  // namespace kiln

@@ -96,11 +96,11 @@ TEST(Rng, NormalValuesAreStdOneNeverZeroAndPinned) {
   // Pinned values (also computed by an independent Python transcription of the formula in
   // docs/interpreter.md): the GPU harness relies on them bit for bit.
   EXPECT_EQ(random_tensor({"x", {4}, DType::F32}, 0, 0, 1.0).data,
-            (std::vector<double>{0x1.d84ccp-2, -0x1.a9096p+0, -0x1.82118p-3, -0x1.7bcfp-4}));
+            (HostData{0x1.d84ccp-2, -0x1.a9096p+0, -0x1.82118p-3, -0x1.7bcfp-4}));
   EXPECT_EQ(random_tensor({"x", {4}, DType::F16}, 12345, 3, 1.0).data,
-            (std::vector<double>{-0x1.798p+0, 0x1.cbp-1, -0x1.06cp-4, -0x1.81p-2}));
+            (HostData{-0x1.798p+0, 0x1.cbp-1, -0x1.06cp-4, -0x1.81p-2}));
   EXPECT_EQ(random_tensor({"x", {4}, DType::BF16}, 12345, 3, 1.0).data,
-            (std::vector<double>{-0x1.7ap+0, 0x1.cap-1, -0x1.06p-4, -0x1.82p-2}));
+            (HostData{-0x1.7ap+0, 0x1.cap-1, -0x1.06p-4, -0x1.82p-2}));
 }
 
 }  // namespace

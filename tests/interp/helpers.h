@@ -13,7 +13,7 @@
 namespace kiln::testing {
 
 inline HostTensor host(Shape shape, std::vector<double> data, DType dt = DType::F32) {
-  return HostTensor{std::move(shape), dt, std::move(data)};
+  return HostTensor{std::move(shape), dt, HostData(data.begin(), data.end())};
 }
 
 // A graph of one predefined op over fresh inputs shaped like `ins`.

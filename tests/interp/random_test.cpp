@@ -37,11 +37,11 @@ TEST(Random, FollowsTheDocumentedFormula) {
   // Pinned values (also checked by an independent Python transcription of the formula), so
   // that any change of the generator is noticed: GPU harnesses rely on it bit for bit.
   EXPECT_EQ(random_tensor({"x", {4}, DType::F32}, 0, 0).data,
-            (std::vector<double>{0x1.3836e8p-3, 0x1.9c1518p-3, -0x1.ce56fp-4, 0x1.4055dp-3}));
+            (HostData{0x1.3836e8p-3, 0x1.9c1518p-3, -0x1.ce56fp-4, 0x1.4055dp-3}));
   EXPECT_EQ(random_tensor({"x", {4}, DType::F16}, 12345, 3).data,
-            (std::vector<double>{0x1.0f4p-3, 0x1.2fp-4, 0x1.f28p-3, 0x1.bdcp-2}));
+            (HostData{0x1.0f4p-3, 0x1.2fp-4, 0x1.f28p-3, 0x1.bdcp-2}));
   EXPECT_EQ(random_tensor({"x", {4}, DType::BF16}, 12345, 3).data,
-            (std::vector<double>{0x1.1p-3, 0x1.3p-4, 0x1.f2p-3, 0x1.bep-2}));
+            (HostData{0x1.1p-3, 0x1.3p-4, 0x1.f2p-3, 0x1.bep-2}));
 }
 
 TEST(Random, DeterministicAndIndependent) {
@@ -80,10 +80,24 @@ TEST(Random, UniformLooking) {
   EXPECT_NEAR(sum / n, 0.0, 2e-3);
   EXPECT_NEAR(sq / n, 1.0 / 12, 1e-3);
   for (int b : bins) EXPECT_NEAR(b, n / 16, n / 16 * 0.02);
-  std::vector<double> sorted = h.data;
+  std::vector<double> sorted(h.data.begin(), h.data.end());
   std::sort(sorted.begin(), sorted.end());
   size_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
   EXPECT_GT(distinct, h.data.size() * 9 / 10);
+}
+
+// Generating some rows only: those rows are the full tensor's, bit for bit (a row does not
+// depend on which others are drawn), and the rest are zero.
+TEST(Random, RowsOnlyAreTheFullTensorsRows) {
+  for (double sd : {0.0, 1.0}) {
+    const TensorDesc d{"x", {2, 5, 33}, DType::BF16};
+    const HostTensor full = random_tensor(d, 9, 1, sd);
+    const std::vector<uint8_t> rows = {1, 0, 0, 1, 0, 1, 0, 0, 0, 1};
+    const HostTensor part = random_tensor(d, 9, 1, sd, rows);
+    ASSERT_EQ(part.data.size(), full.data.size());
+    for (size_t e = 0; e < full.data.size(); ++e)
+      ASSERT_EQ(part.data[e], rows[e / 33] ? full.data[e] : 0.0) << e;
+  }
 }
 
 TEST(Random, NeverAllZeros) {

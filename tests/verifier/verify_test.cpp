@@ -1,6 +1,7 @@
 // verify(): equivalences it must accept, differences it must reject, what a verdict says, and
 // the errors it raises on graphs that cannot be compared.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
@@ -558,6 +559,29 @@ TEST(FloatCheck, SampledRowsReachTheLastBlockAndSignedInputsReachSelections) {
   FloatCheck f = float_check(mx, relu, 3, signed_in);
   EXPECT_FALSE(f.ok);
   EXPECT_NE(f.failures().find("negative"), std::string::npos) << f.summary();
+}
+
+// The memory limit against sampled rows: a check of 3 rows of a 2^31-element tensor holds those
+// rows only and runs under a small limit; a check whose sampled rows still read a whole huge
+// operand (every row of W for any row of X·W) is skipped with the reason, before allocating.
+TEST(FloatCheck, SampledRowsFitTheMemoryLimitOrTheCheckIsSkipped) {
+  KernelGraph big =
+      spec(in("X", "[32768, 65536]"), R"({"name": "O", "op": "exp", "inputs": ["X"]})", R"("O")");
+  FloatCheckOptions opt;
+  opt.rows = 3;
+  opt.max_bytes = int64_t{512} << 20;
+  FloatCheck f = float_check(big, big, 5, opt);
+  EXPECT_TRUE(f.ok && f.sampled && !f.skipped) << f.summary();
+  EXPECT_EQ(f.outputs.at(0).rows_total, 32768);
+  struct rusage ru {};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &ru), 0);
+  EXPECT_LT(ru.ru_maxrss, 1 << 20) << "peak resident set, KB (a whole tensor: 16 GB in f64)";
+
+  KernelGraph mm = spec(in("X", "[64, 16384]") + ", " + in("W", "[16384, 16384]"),
+                        R"({"name": "O", "op": "matmul", "inputs": ["X", "W"]})", R"("O")");
+  FloatCheck m = float_check(mm, mm, 5, opt);
+  EXPECT_TRUE(m.ok && m.skipped) << m.summary();
+  EXPECT_NE(m.memory.find("memory limit"), std::string::npos) << m.summary();
 }
 
 }  // namespace

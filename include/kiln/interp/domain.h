@@ -29,13 +29,16 @@
 // terms of these primitives (see tensor_ops.h), so the domains cannot disagree on them.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/memory.h"
 #include "kiln/ir/ops.h"
 #include "kiln/ir/types.h"
 
@@ -72,15 +75,22 @@ inline int64_t num_cols(const Shape& s) {
 template <class V>
 struct Tensor {
   Shape shape;
-  std::vector<V> data;
+  // Zero-filled at construction, committed only where written (memory.h): a partial evaluation
+  // of a huge tensor holds the rows it computes.
+  std::vector<V, LazyZeroAllocator<V>> data;
 
   Tensor() = default;
   explicit Tensor(Shape s) : shape(std::move(s)), data(static_cast<size_t>(elements(shape))) {}
 
-  // Reshapes in place, reusing the allocation (tiles are reset every loop iteration).
+  // Reshapes in place, reusing the allocation (tiles are reset every loop iteration). Values
+  // past the old size are zero, as a value-initialising resize leaves them.
   void reset(const Shape& s) {
     shape = s;
-    data.resize(static_cast<size_t>(elements(shape)));
+    const size_t old = data.size(), cap = data.capacity(), n = static_cast<size_t>(elements(shape));
+    data.resize(n);
+    // Within the old capacity the regrown values are stale; past it the storage is fresh (zero).
+    if (n > old && n <= cap)
+      std::fill(data.begin() + static_cast<std::ptrdiff_t>(old), data.end(), V{});
   }
   int64_t size() const { return static_cast<int64_t>(data.size()); }
 };

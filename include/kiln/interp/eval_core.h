@@ -9,6 +9,7 @@
 // evaluation, see plan_rows).
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -112,8 +113,17 @@ std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph&
     for (int t : op.inputs)
       if (last_use[t] == static_cast<int>(oi) && !keep[t]) val[t] = T();
   }
+  // Moved out, not copied (a copy would commit every page of a partially computed tensor); a
+  // tensor listed twice is copied for all but its last listing.
   std::vector<T> outs;
-  for (int t : g.outputs) outs.push_back(val[t]);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const int t = g.outputs[i];
+    if (std::find(g.outputs.begin() + static_cast<std::ptrdiff_t>(i) + 1, g.outputs.end(), t) !=
+        g.outputs.end())
+      outs.push_back(val[t]);
+    else
+      outs.push_back(std::move(val[t]));
+  }
   return outs;
 }
 

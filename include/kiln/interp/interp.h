@@ -20,10 +20,13 @@ enum class Precision : uint8_t { F32, F64 };
 
 // A host tensor, row-major. Values are held as double whatever the dtype; in F32 mode and for
 // inputs they are exactly representable in `dtype`.
+// The values are zero-filled at construction and committed only where written (memory.h), so
+// that inputs generated for a few sampled rows hold those rows only.
+using HostData = std::vector<double, LazyZeroAllocator<double>>;
 struct HostTensor {
   Shape shape;
   DType dtype = DType::F32;
-  std::vector<double> data;
+  HostData data;
 };
 
 // The documented seeded generator (docs/interpreter.md): element e of input i under seed s is a
@@ -31,9 +34,15 @@ struct HostTensor {
 // round-to-nearest-even. Bit-for-bit reproducible on a GPU. With normal_std > 0 the values are
 // instead normal of that standard deviation (Irwin-Hall of 12 uniforms, from a second stream of
 // the same input; the range rule of the spec format asks for std 1), equally reproducible.
-HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index,
-                         double normal_std = 0);
-std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed, double normal_std = 0);
+//
+// `rows` (one flag per row, see num_rows; empty: every row) restricts the generation to the
+// flagged rows: the others are zero and occupy no memory (HostData). A row's values do not
+// depend on which other rows are generated.
+HostTensor random_tensor(const TensorDesc& t, uint64_t seed, int input_index, double normal_std = 0,
+                         const std::vector<uint8_t>& rows = {});
+// Every input of g; `rows`, if not null, holds one row set per input (as random_tensor's).
+std::vector<HostTensor> random_inputs(const KernelGraph& g, uint64_t seed, double normal_std = 0,
+                                      const std::vector<std::vector<uint8_t>>* rows = nullptr);
 
 // A narrowing that a GPU implementation applies to a value the graph itself keeps in float:
 // operand `operand` of block op `block_op` (a matmul) of kernel op `kernel_op` is rounded to
@@ -66,6 +75,9 @@ struct EvalOptions {
 // F64, 4 for F32): the inputs, every op's results while live (they are dropped after their last
 // use) and the outputs. Block-level tiles are not counted (a few per worker).
 double estimate_bytes(const KernelGraph& g, int value_bytes);
+// The same for evaluate_rows(g, _, rows): what the rows it computes occupy (whole pages).
+double estimate_bytes(const KernelGraph& g, int value_bytes,
+                      const std::vector<std::vector<int64_t>>& rows);
 
 // Evaluates g on inputs (one per g.inputs, matching shapes) and returns g's outputs in order.
 // Throws UserError(Shape) if the inputs do not match.
@@ -83,6 +95,10 @@ std::vector<HostTensor> evaluate(const KernelGraph& g, const std::vector<HostTen
 std::vector<HostTensor> evaluate_rows(const KernelGraph& g, const std::vector<HostTensor>& inputs,
                                       const std::vector<std::vector<int64_t>>& rows,
                                       const EvalOptions& opt = {});
+// The rows of each input of g that evaluate_rows(g, _, rows) reads, one flag per row (see
+// random_tensor; empty: every row): the inputs need hold nothing else.
+std::vector<std::vector<uint8_t>> input_rows(const KernelGraph& g,
+                                             const std::vector<std::vector<int64_t>>& rows);
 // `count` distinct rows of a tensor of shape s, ascending, chosen by `seed`: the first and the
 // last row always, the rest uniformly; every row if count >= the number of rows.
 std::vector<int64_t> sample_rows(const Shape& s, int64_t count, uint64_t seed);

@@ -3,9 +3,13 @@
 // their tensors need before allocating them (docs/reliability.md, "Memory").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace kiln {
 
@@ -23,5 +27,42 @@ std::string bytes_str(double bytes);
 // Empty when `need` more bytes fit under `limit_bytes` (<= 0: no limit) with the resident set;
 // otherwise why not: "needs ~X with Y in use, over the Z memory limit".
 std::string over_memory_limit(double need, int64_t limit_bytes);
+
+// Zero-filled memory that costs only what is written: blocks of 1 MiB or more are fresh anonymous
+// mappings (MAP_NORESERVE), whose pages the kernel commits on first write, smaller ones are
+// zeroed heap blocks. Throws std::bad_alloc when the address space is refused.
+void* lazy_zero_allocate(size_t bytes);
+void lazy_zero_free(void* p, size_t bytes);
+
+// A std::vector allocator over lazy_zero_allocate: `std::vector<T, LazyZeroAllocator<T>>(n)`
+// of a trivial T is n zeros that occupy no memory until written, so that an evaluation of a few
+// sampled rows of a huge tensor holds those rows only (docs/reliability.md, "Memory").
+// Contract: default construction of a trivial T writes nothing — the memory is already zero
+// when it comes from allocate(). A vector that shrinks and grows again within its capacity
+// keeps stale values in the regrown tail; callers that resize() must zero it themselves
+// (interp::Tensor::reset does).
+template <class T>
+struct LazyZeroAllocator {
+  using value_type = T;
+  LazyZeroAllocator() = default;
+  template <class U>
+  LazyZeroAllocator(const LazyZeroAllocator<U>&) {}
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    return static_cast<T*>(lazy_zero_allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) { lazy_zero_free(p, n * sizeof(T)); }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    if constexpr (sizeof...(A) == 0 && std::is_trivially_default_constructible_v<U>)
+      return;  // already zero (see the contract above)
+    else
+      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  template <class U>
+  bool operator==(const LazyZeroAllocator<U>&) const {
+    return true;
+  }
+};
 
 }  // namespace kiln
