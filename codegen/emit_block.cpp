@@ -395,7 +395,13 @@ class BlockEmitter {
         KILN_ASSERT(op(o.inputs[0]).shape[o.attrs.dim] == 1, "reduction {} outside a root", o.name);
         return value(o.inputs[0], reduce_input_index(i, idx, "0"), cx);
       }
-      default:
+      case OpClass::Matmul:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
         KILN_ASSERT(false, "cannot evaluate {} ({}) inline", o.name, op_name(o.kind));
     }
     std::string v = tmp();
@@ -476,22 +482,20 @@ class BlockEmitter {
                    for (int a : st.accums) {
                      const BlockOp& ao = op(a);
                      std::string acc = fmt::format("acc_{}{}", ao.name, slot);
-                     switch (ao.kind) {
-                       case OpKind::AccumSum:
+                     switch (accum_kind(ao.kind)) {
+                       case AccumKind::Sum:
                          cx.body->f("{} += {};", acc, v);
                          break;
-                       case OpKind::AccumMax:
+                       case AccumKind::Max:
                          cx.body->f("{0} = fmaxf({0}, {1});", acc, v);
                          break;
-                       case OpKind::AccumRescale: {
+                       case AccumKind::Rescale: {
                          int m = ao.inputs[1];
                          std::string mv = value(m, bcast_index(op(m).shape, ao.shape, idx), cx);
                          cx.body->f("kiln::cg::rescale_update({}, accm_{}{}, {}, {});", acc,
                                     ao.name, slot, v, mv);
                          break;
                        }
-                       default:
-                         KILN_ASSERT(false, "{} is not an accumulator", ao.name);
                      }
                    }
                  });

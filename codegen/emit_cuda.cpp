@@ -349,7 +349,16 @@ void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
             "kiln::rt::from_f32<{}>(kiln::cg::ld(xr + k) * r * {});",
             R, lanes, v.R, TO, wexpr);
         break;
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Constant:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         KILN_ASSERT(false, "not a row op");
     }
   } else {
@@ -377,7 +386,17 @@ void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
             "kiln::rt::from_f32<{}>(expf({} - m) * inv);",
             R, v.R * v.inner, v.inner, TO, at);
         break;
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Constant:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         KILN_ASSERT(false, "rms_norm reduces the innermost dim");
     }
   }
@@ -726,7 +745,10 @@ void emit_graph_body(const KernelGraph& g, const Schedule& s, const std::string&
       case OpClass::GraphDefined:
         emit_graph_defined(x, op, kp);
         break;
-      default:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         KILN_ASSERT(false, "no kernel for {}", op_name(op.kind));
     }
   }

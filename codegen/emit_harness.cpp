@@ -578,7 +578,13 @@ void emit_reference(const KernelGraph& g, Code& out) {
         c.close();
         break;
       }
-      default:
+      case OpClass::Matmul:
+      case OpClass::Constant:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         KILN_ASSERT(false, "no reference kernel for {}", op_name(op.kind));
     }
     c.close();

@@ -11,6 +11,7 @@
 
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/elementwise.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln::cgen {
@@ -78,138 +79,30 @@ inline const char* ctype(DType t) {
 
 // A float literal that reads back as float(v).
 inline std::string flit(double v) {
-  if (std::isnan(v)) return "__int_as_float(0x7fc00000)";
-  if (std::isinf(v)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
-  float f = static_cast<float>(v);
-  if (std::isinf(f)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
-  std::string s = fmt::format("{:.9g}", f);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s + "f";
+  return cuda_float_literal(v);
 }
 // A double literal that reads back exactly.
 inline std::string dlit(double v) {
-  if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000ll)";
-  if (std::isinf(v))
-    return v > 0 ? "__longlong_as_double(0x7ff0000000000000ll)"
-                 : "__longlong_as_double(0xfff0000000000000ll)";
-  std::string s = fmt::format("{:.17g}", v);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
+  return cuda_double_literal(v);
 }
 
-// The float32 device expression of an elementwise op over operand expressions.
+// The float32 device expression of an elementwise op (or a constant) over operand expressions:
+// the table's (kiln/ir/elementwise.h).
 inline std::string ew_expr(OpKind k, const Attrs& a, const std::vector<std::string>& x) {
-  auto un = [&](const char* f) { return fmt::format("kiln::rt::{}{{}}({})", f, x[0]); };
-  auto bin = [&](const char* f) { return fmt::format("kiln::rt::{}{{}}({}, {})", f, x[0], x[1]); };
-  switch (k) {
-    case OpKind::Add:
-      return fmt::format("({} + {})", x[0], x[1]);
-    case OpKind::Sub:
-      return fmt::format("({} - {})", x[0], x[1]);
-    case OpKind::Mul:
-      return fmt::format("({} * {})", x[0], x[1]);
-    case OpKind::Div:
-      return fmt::format("({} / {})", x[0], x[1]);
-    case OpKind::Maximum:
-      return bin("Maximum");
-    case OpKind::Minimum:
-      return bin("Minimum");
-    case OpKind::Constant:
-      return flit(a.value);
-    case OpKind::Neg:
-      return fmt::format("(-{})", x[0]);
-    case OpKind::Exp:
-      return un("Exp");
-    case OpKind::Log:
-      return un("Log");
-    case OpKind::Sqrt:
-      return un("Sqrt");
-    case OpKind::Rsqrt:
-      return fmt::format("(1.0f / sqrtf({}))", x[0]);
-    case OpKind::Reciprocal:
-      return fmt::format("(1.0f / {})", x[0]);
-    case OpKind::Square:
-      return fmt::format("({0} * {0})", x[0]);
-    case OpKind::Tanh:
-      return un("Tanh");
-    case OpKind::Sigmoid:
-      return un("Sigmoid");
-    case OpKind::Silu:
-      return un("Silu");
-    case OpKind::Relu:
-      return un("Relu");
-    case OpKind::Gelu:
-      return a.approximate == GeluApprox::Tanh ? un("GeluTanh") : un("Gelu");
-    case OpKind::LeakyRelu:
-      return fmt::format("kiln::rt::LeakyRelu{{{}}}({})", flit(a.negative_slope), x[0]);
-    case OpKind::Clamp:
-      return fmt::format("kiln::rt::Clamp{{{}, {}}}({})",
-                         a.min ? flit(*a.min) : "-__int_as_float(0x7f800000)",
-                         a.max ? flit(*a.max) : "__int_as_float(0x7f800000)", x[0]);
-    default:
-      KILN_ASSERT(false, "ew_expr: {} is not elementwise", op_name(k));
-      return {};
-  }
+  if (k == OpKind::Constant) return flit(a.value);
+  if (op_class(k) == OpClass::Binary)
+    return with_binary(
+        k, [&](auto t) { return Elementwise<decltype(t)::value>::cuda(a, x[0], x[1]); });
+  return with_unary(k, [&](auto t) { return Elementwise<decltype(t)::value>::cuda(a, x[0]); });
 }
 
-// The float64 expression of an elementwise op (reference kernels).
+// The float64 expression of an elementwise op or a constant (reference kernels).
 inline std::string ew_expr_f64(OpKind k, const Attrs& a, const std::vector<std::string>& x) {
-  switch (k) {
-    case OpKind::Add:
-      return fmt::format("({} + {})", x[0], x[1]);
-    case OpKind::Sub:
-      return fmt::format("({} - {})", x[0], x[1]);
-    case OpKind::Mul:
-      return fmt::format("({} * {})", x[0], x[1]);
-    case OpKind::Div:
-      return fmt::format("({} / {})", x[0], x[1]);
-    case OpKind::Maximum:
-      return fmt::format("fmax({}, {})", x[0], x[1]);
-    case OpKind::Minimum:
-      return fmt::format("fmin({}, {})", x[0], x[1]);
-    case OpKind::Constant:
-      return dlit(a.value);
-    case OpKind::Neg:
-      return fmt::format("(-{})", x[0]);
-    case OpKind::Exp:
-      return fmt::format("exp({})", x[0]);
-    case OpKind::Log:
-      return fmt::format("log({})", x[0]);
-    case OpKind::Sqrt:
-      return fmt::format("sqrt({})", x[0]);
-    case OpKind::Rsqrt:
-      return fmt::format("(1.0 / sqrt({}))", x[0]);
-    case OpKind::Reciprocal:
-      return fmt::format("(1.0 / {})", x[0]);
-    case OpKind::Square:
-      return fmt::format("({0} * {0})", x[0]);
-    case OpKind::Tanh:
-      return fmt::format("tanh({})", x[0]);
-    case OpKind::Sigmoid:
-      return fmt::format("(1.0 / (1.0 + exp(-{})))", x[0]);
-    case OpKind::Silu:
-      return fmt::format("({0} / (1.0 + exp(-{0})))", x[0]);
-    case OpKind::Relu:
-      return fmt::format("fmax({}, 0.0)", x[0]);
-    case OpKind::Gelu:
-      return a.approximate == GeluApprox::Tanh
-                 ? fmt::format(
-                       "(0.5 * {0} * (1.0 + tanh(0.79788456080286535588 * ({0} + "
-                       "0.044715 * {0} * {0} * {0}))))",
-                       x[0])
-                 : fmt::format("(0.5 * {0} * (1.0 + erf({0} * 0.70710678118654752440)))", x[0]);
-    case OpKind::LeakyRelu:
-      return fmt::format("({0} >= 0.0 ? {0} : {0} * {1})", x[0], dlit(a.negative_slope));
-    case OpKind::Clamp: {
-      std::string v = x[0];
-      if (a.min) v = fmt::format("fmax({}, {})", v, dlit(*a.min));
-      if (a.max) v = fmt::format("fmin({}, {})", v, dlit(*a.max));
-      return v;
-    }
-    default:
-      KILN_ASSERT(false, "ew_expr_f64: {} is not elementwise", op_name(k));
-      return {};
-  }
+  if (k == OpKind::Constant) return dlit(a.value);
+  if (op_class(k) == OpClass::Binary)
+    return with_binary(k,
+                       [&](auto t) { return Elementwise<decltype(t)::value>::c64(a, x[0], x[1]); });
+  return with_unary(k, [&](auto t) { return Elementwise<decltype(t)::value>::c64(a, x[0]); });
 }
 
 // Index expressions of operand dims under NumPy broadcast from an output index.

@@ -166,7 +166,11 @@ class BlockPlanner {
       case OpClass::Transpose:
       case OpClass::Output:
         return true;
-      default:
+      case OpClass::Constant:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
         return false;
     }
   }
@@ -182,7 +186,13 @@ class BlockPlanner {
         return true;
       case OpClass::Reduce:
         return reduce_len(c) == 1;
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Constant:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
         return false;
     }
   }
@@ -1222,7 +1232,11 @@ bool retile_exact(const BlockGraph& bg, int j) {
         }
         break;
       }
-      default:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Output:
+      case OpClass::Accum:
         return false;  // loop-stage outputs, and anything else
     }
   }
@@ -1248,7 +1262,16 @@ BlockGraph with_loop_range(const BlockGraph& bg, int j, int64_t range, const Tar
       case OpClass::Fused:
         b.fused(*o.thread, o.inputs, o.name);
         break;
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Constant:
+      case OpClass::Reduce:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Accum:
         b.op(o.kind, o.inputs, o.attrs, o.name);
         break;
     }
@@ -1751,7 +1774,11 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
           }
           break;
         }
-        default:
+        case OpClass::GraphDefined:
+        case OpClass::Input:
+        case OpClass::Output:
+        case OpClass::Accum:
+        case OpClass::Fused:
           KILN_ASSERT(false, "op {} has no predefined kernel", op_name(op.kind));
       }
     }

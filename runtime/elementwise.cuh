@@ -178,6 +178,19 @@ struct Clamp {
   KILN_DEV float operator()(float x) const { return fminf(fmaxf(x, lo), hi); }
 };
 
+// log(1 + e^x) as max(x, 0) + log1p(e^-|x|): no overflow for large x, no cancellation near 0;
+// e^-|x| is in (0, 1], where __expf's relative error is below 1e-6.
+struct Softplus {
+  KILN_DEV float operator()(float x) const { return fmaxf(x, 0.0f) + log1pf(__expf(-fabsf(x))); }
+};
+// The accurate sinf/cosf (the __sinf intrinsic loses accuracy away from [-pi, pi]).
+struct Sin {
+  KILN_DEV float operator()(float x) const { return sinf(x); }
+};
+struct Cos {
+  KILN_DEV float operator()(float x) const { return cosf(x); }
+};
+
 // ---- Binary ops --------------------------------------------------------------------------------
 
 struct Add {

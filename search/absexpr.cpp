@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/elementwise.h"
 
 namespace kiln::search {
 
@@ -247,24 +248,6 @@ bool structural_less(AbsExpr a, AbsExpr b) {
 // ---------------------------------------------------------------------------------------------
 // Translation.
 
-namespace {
-
-std::string opaque_name(OpKind kind, const Attrs& a) {
-  switch (kind) {
-    case OpKind::Gelu:
-      return a.approximate == GeluApprox::Tanh ? "gelu_tanh" : "gelu";
-    case OpKind::LeakyRelu:
-      return fmt::format("leaky_relu[{}]", a.negative_slope);
-    case OpKind::Clamp:
-      return fmt::format("clamp[{},{}]", a.min ? fmt::format("{}", *a.min) : "",
-                         a.max ? fmt::format("{}", *a.max) : "");
-    default:
-      return op_name(kind);
-  }
-}
-
-}  // namespace
-
 AbsExpr abstract_op(OpKind kind, const Attrs& attrs, const std::vector<AbsExpr>& x,
                     const std::vector<Shape>& shapes) {
   using E = AbsExpr;
@@ -278,68 +261,50 @@ AbsExpr abstract_op(OpKind kind, const Attrs& attrs, const std::vector<AbsExpr>&
         "{}: no extent for dim {} of operand {}", info.name, dim, operand);
     return shapes[operand][dim];
   };
-  switch (kind) {
-    case OpKind::MatMul:
+  // Elementwise ops: the table's abstract expressions (kiln/ir/elementwise.h).
+  if (info.cls == OpClass::Unary)
+    return with_unary(
+        kind, [&](auto t) { return Elementwise<decltype(t)::value>::abstract(attrs, x[0]); });
+  if (info.cls == OpClass::Binary)
+    return with_binary(
+        kind, [&](auto t) { return Elementwise<decltype(t)::value>::abstract(attrs, x[0], x[1]); });
+  switch (info.cls) {
+    case OpClass::Unary:
+    case OpClass::Binary:
+      break;  // above
+    case OpClass::Matmul:
       return E::sum(shapes.at(0).back(), E::mul(x[0], x[1]));
-    case OpKind::Transpose:
+    case OpClass::Transpose:
       return x[0];  // a layout change: the same values
-    case OpKind::Add:
-      return E::add(x[0], x[1]);
-    case OpKind::Sub:
-      return E::sub(x[0], x[1]);
-    case OpKind::Mul:
-      return E::mul(x[0], x[1]);
-    case OpKind::Div:
-      return E::div(x[0], x[1]);
-    case OpKind::Maximum:
-    case OpKind::Minimum:
-      return E::opaque(op_name(kind), {x[0], x[1]});
-    case OpKind::Constant:
+    case OpClass::Constant:
       return E::constant(attrs.value);
-    case OpKind::Neg:
-      return E::neg(x[0]);
-    case OpKind::Exp:
-      return E::exp(x[0]);
-    case OpKind::Rsqrt:
-      return E::div(E::constant(1), E::opaque("sqrt", {x[0]}));
-    case OpKind::Reciprocal:
-      return E::div(E::constant(1), x[0]);
-    case OpKind::Square:
-      return E::square(x[0]);
-    case OpKind::Silu:
-      return E::mul(x[0], E::opaque("sigmoid", {x[0]}));
-    case OpKind::Log:
-    case OpKind::Sqrt:
-    case OpKind::Tanh:
-    case OpKind::Sigmoid:
-    case OpKind::Relu:
-    case OpKind::Gelu:
-    case OpKind::LeakyRelu:
-    case OpKind::Clamp:
-      return E::opaque(opaque_name(kind, attrs), {x[0]});
-    case OpKind::Sum:
-      return E::sum(extent(0, attrs.dim), x[0]);
-    case OpKind::Mean: {
-      int64_t n = extent(0, attrs.dim);
-      return E::div(E::sum(n, x[0]), E::constant(static_cast<double>(n)));
+    case OpClass::Reduce: {
+      const int64_t n = extent(0, attrs.dim);
+      if (kind == OpKind::Sum) return E::sum(n, x[0]);
+      if (kind == OpKind::Mean) return E::div(E::sum(n, x[0]), E::constant(static_cast<double>(n)));
+      KILN_ASSERT(kind == OpKind::Max, "abstract_op: reduction {}", info.name);
+      return E::max_reduce(n, x[0]);
     }
-    case OpKind::Max:
-      return E::max_reduce(extent(0, attrs.dim), x[0]);
-    case OpKind::Softmax: {
+    case OpClass::Softmax: {
       int64_t n = extent(0, attrs.dim);
       AbsExpr e = E::exp(E::sub(x[0], E::max_reduce(n, x[0])));
       return E::div(e, E::sum(n, e));
     }
-    case OpKind::RmsNorm: {
+    case OpClass::RmsNorm: {
       KILN_ASSERT(!shapes.empty() && !shapes[0].empty(), "rms_norm of a scalar");
       int64_t n = shapes[0].back();
       AbsExpr mean = E::div(E::sum(n, E::square(x[0])), E::constant(static_cast<double>(n)));
       AbsExpr r = E::div(x[0], E::opaque("sqrt", {E::add(mean, E::constant(attrs.eps))}));
       return x.size() == 2 ? E::mul(r, x[1]) : r;
     }
-    default:
-      KILN_ASSERT(false, "abstract_op: {} needs its graph", info.name);
+    case OpClass::GraphDefined:
+    case OpClass::Input:
+    case OpClass::Output:
+    case OpClass::Accum:
+    case OpClass::Fused:
+      break;
   }
+  KILN_ASSERT(false, "abstract_op: {} needs its graph", info.name);
   return {};
 }
 
@@ -394,29 +359,33 @@ AbsExpr abstract_of_block_op(const BlockGraph& bg, int op, const std::vector<Abs
       shapes.push_back(bg.ops[j].shape);
     }
     AbsExpr r;
-    switch (o.kind) {
-      case OpKind::Input:
+    switch (op_info(o.kind).cls) {
+      case OpClass::Input:
         KILN_ASSERT(o.io >= 0 && o.io < static_cast<int>(block_inputs.size()), "input {} io {}",
                     o.name, o.io);
         r = block_inputs[o.io];
         break;
-      case OpKind::Output:
+      case OpClass::Output:
         r = in.at(0);
         break;
-      case OpKind::AccumSum:
-        r = AbsExpr::sum(iters, in.at(0));
+      case OpClass::Accum:
+        switch (accum_kind(o.kind)) {
+          case AccumKind::Sum:
+            r = AbsExpr::sum(iters, in.at(0));
+            break;
+          case AccumKind::Max:
+            r = AbsExpr::max_reduce(iters, in.at(0));
+            break;
+          case AccumKind::Rescale: {
+            // sum_i v_i * exp(m_i - M), M = max_i m_i
+            AbsExpr m = in.at(1);
+            AbsExpr scale = AbsExpr::exp(AbsExpr::sub(m, AbsExpr::max_reduce(iters, m)));
+            r = AbsExpr::sum(iters, AbsExpr::mul(in.at(0), scale));
+            break;
+          }
+        }
         break;
-      case OpKind::AccumMax:
-        r = AbsExpr::max_reduce(iters, in.at(0));
-        break;
-      case OpKind::AccumRescale: {
-        // sum_i v_i * exp(m_i - M), M = max_i m_i
-        AbsExpr m = in.at(1);
-        AbsExpr scale = AbsExpr::exp(AbsExpr::sub(m, AbsExpr::max_reduce(iters, m)));
-        r = AbsExpr::sum(iters, AbsExpr::mul(in.at(0), scale));
-        break;
-      }
-      case OpKind::Fused: {
+      case OpClass::Fused: {
         KILN_ASSERT(o.thread != nullptr, "fused op {} without a thread graph", o.name);
         const ThreadGraph& tg = *o.thread;
         std::vector<AbsExpr> v = in;
@@ -428,8 +397,17 @@ AbsExpr abstract_of_block_op(const BlockGraph& bg, int op, const std::vector<Abs
         r = v.back();
         break;
       }
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Constant:
+      case OpClass::Reduce:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
         r = abstract_op(o.kind, o.attrs, in, shapes);
+        break;
     }
     e.push_back(r);
   }

@@ -2,6 +2,7 @@
 #include "kiln/search/cost_model.h"
 
 #include "kiln/codegen/contraction.h"
+#include "kiln/ir/elementwise.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,26 +52,6 @@ double contiguous_run(const Shape& tile, const Shape& tensor, int bytes) {
     if (tile[j] != tensor[j + off]) break;
   }
   return run;
-}
-
-double op_weight(OpKind k) {
-  switch (k) {
-    case OpKind::Exp:
-    case OpKind::Log:
-    case OpKind::Sqrt:
-    case OpKind::Rsqrt:
-    case OpKind::Tanh:
-    case OpKind::Sigmoid:
-    case OpKind::Silu:
-    case OpKind::Gelu:
-    case OpKind::Div:
-    case OpKind::Reciprocal:
-      return 4;
-    case OpKind::Constant:
-      return 0;
-    default:
-      return 1;
-  }
 }
 
 int64_t pad(int64_t x, int64_t m) {
@@ -300,7 +281,13 @@ KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSc
         // Accumulators add once per iteration.
         c.cuda_flops += elems * (o.kind == OpKind::AccumRescale ? 6 : 1) * B * I;
         break;
-      default:
+      case OpClass::Transpose:
+      case OpClass::Binary:
+      case OpClass::Unary:
+      case OpClass::Constant:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
         c.cuda_flops += elems * op_weight(o.kind) * mult;
         break;
     }

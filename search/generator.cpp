@@ -191,7 +191,14 @@ void assign_labels(PGraph& g) {
         }
         break;
       }
-      default:
+      case OpClass::Constant:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         break;
     }
   }
@@ -250,46 +257,39 @@ PGraph expand_spec(const KernelGraph& spec) {
     for (int t : op.inputs) in.push_back(node_of[t]);
     const std::string& nm = op.name;
     int out = -1;
-    switch (op.kind) {
-      case OpKind::Mean: {
-        Attrs a = op.attrs;
-        int64_t n = g.nodes[in[0]].shape[a.dim];
-        int s = add_node(g, OpKind::Sum, in, a, nm + "_sum");
-        out = scale_by_inverse(g, s, n, nm);
-        break;
+    // Composite ops become their primitives; every other op is copied.
+    if (op.kind == OpKind::Mean) {
+      Attrs a = op.attrs;
+      int64_t n = g.nodes[in[0]].shape[a.dim];
+      int s = add_node(g, OpKind::Sum, in, a, nm + "_sum");
+      out = scale_by_inverse(g, s, n, nm);
+    } else if (op.kind == OpKind::Softmax) {
+      Attrs r = op.attrs;
+      r.keepdim = true;
+      int mx = add_node(g, OpKind::Max, in, r, nm + "_max");
+      int d = add_node(g, OpKind::Sub, {in[0], mx}, {}, nm + "_shift");
+      int e = add_node(g, OpKind::Exp, {d}, {}, nm + "_exp");
+      int s = add_node(g, OpKind::Sum, {e}, r, nm + "_sum");
+      out = add_node(g, OpKind::Div, {e, s}, {}, nm);
+    } else if (op.kind == OpKind::RmsNorm) {
+      const Shape xs = g.nodes[in[0]].shape;
+      Attrs r;
+      r.dim = static_cast<int64_t>(xs.size()) - 1;
+      r.keepdim = true;
+      int sq = add_node(g, OpKind::Square, {in[0]}, {}, nm + "_sq");
+      int s = add_node(g, OpKind::Sum, {sq}, r, nm + "_ss");
+      int m = scale_by_inverse(g, s, xs.back(), nm + "_ms");
+      int a =
+          add_node(g, OpKind::Add, {m, add_const(g, op.attrs.eps, nm + "_eps")}, {}, nm + "_var");
+      int rt = add_node(g, OpKind::Sqrt, {a}, {}, nm + "_rms");
+      if (in.size() == 2) {
+        int d = add_node(g, OpKind::Div, {in[0], rt}, {}, nm + "_norm");
+        out = add_node(g, OpKind::Mul, {d, in[1]}, {}, nm);
+      } else {
+        out = add_node(g, OpKind::Div, {in[0], rt}, {}, nm);
       }
-      case OpKind::Softmax: {
-        Attrs r = op.attrs;
-        r.keepdim = true;
-        int mx = add_node(g, OpKind::Max, in, r, nm + "_max");
-        int d = add_node(g, OpKind::Sub, {in[0], mx}, {}, nm + "_shift");
-        int e = add_node(g, OpKind::Exp, {d}, {}, nm + "_exp");
-        int s = add_node(g, OpKind::Sum, {e}, r, nm + "_sum");
-        out = add_node(g, OpKind::Div, {e, s}, {}, nm);
-        break;
-      }
-      case OpKind::RmsNorm: {
-        const Shape xs = g.nodes[in[0]].shape;
-        Attrs r;
-        r.dim = static_cast<int64_t>(xs.size()) - 1;
-        r.keepdim = true;
-        int sq = add_node(g, OpKind::Square, {in[0]}, {}, nm + "_sq");
-        int s = add_node(g, OpKind::Sum, {sq}, r, nm + "_ss");
-        int m = scale_by_inverse(g, s, xs.back(), nm + "_ms");
-        int a =
-            add_node(g, OpKind::Add, {m, add_const(g, op.attrs.eps, nm + "_eps")}, {}, nm + "_var");
-        int rt = add_node(g, OpKind::Sqrt, {a}, {}, nm + "_rms");
-        if (in.size() == 2) {
-          int d = add_node(g, OpKind::Div, {in[0], rt}, {}, nm + "_norm");
-          out = add_node(g, OpKind::Mul, {d, in[1]}, {}, nm);
-        } else {
-          out = add_node(g, OpKind::Div, {in[0], rt}, {}, nm);
-        }
-        break;
-      }
-      default:
-        out = add_node(g, op.kind, in, op.attrs, nm);
-        break;
+    } else {
+      out = add_node(g, op.kind, in, op.attrs, nm);
     }
     node_of[op.outputs[0]] = out;
   }

@@ -224,32 +224,4 @@ FieldValue FieldDomain::random(uint64_t input_key, int64_t e) const {
   return V{a, b, 0};
 }
 
-FieldValue FieldDomain::unary_slow(OpKind k, const Attrs& at, V x) const {
-  const uint64_t tag = mix64(static_cast<uint64_t>(k) + 0x7072660000ull);
-  switch (k) {
-    case OpKind::Log:
-    case OpKind::Sqrt:
-    case OpKind::Tanh:
-    case OpKind::Sigmoid:
-      return prf(tag, x);
-    case OpKind::Rsqrt:
-      return inverse(prf(mix64(uint64_t(OpKind::Sqrt) + 0x7072660000ull), x));
-    case OpKind::Silu:
-      return mul(x, prf(mix64(uint64_t(OpKind::Sigmoid) + 0x7072660000ull), x));
-    case OpKind::Relu:
-      return max(x, from_double(0.0));
-    case OpKind::Gelu:
-      return prf(tag ^ static_cast<uint64_t>(at.approximate), x);
-    case OpKind::LeakyRelu:
-      return prf(tag ^ mix64(std::bit_cast<uint64_t>(at.negative_slope)), x);
-    case OpKind::Clamp:
-      if (at.min) x = max(x, from_double(*at.min));
-      if (at.max) x = min(x, from_double(*at.max));
-      return x;
-    default:
-      break;
-  }
-  throw InternalError(fmt::format("field domain: {} is not a unary op", op_name(k)));
-}
-
 }  // namespace kiln::verifier

@@ -48,7 +48,16 @@ KernelGraph rebuild_graph(const KernelGraph& g) {
         case OpClass::Fused:
           bb.fused(*bo.thread, bo.inputs, bo.name);
           break;
-        default:
+        case OpClass::Matmul:
+        case OpClass::Transpose:
+        case OpClass::Binary:
+        case OpClass::Unary:
+        case OpClass::Constant:
+        case OpClass::Reduce:
+        case OpClass::Softmax:
+        case OpClass::RmsNorm:
+        case OpClass::GraphDefined:
+        case OpClass::Accum:
           bb.op(bo.kind, bo.inputs, bo.attrs, bo.name);
           break;
       }
@@ -72,7 +81,15 @@ double op_work(OpKind kind, const std::vector<Shape>& in, const Shape& out) {
     case OpClass::Softmax:
     case OpClass::RmsNorm:
       return 3.0 * static_cast<double>(numel(in.at(0)));
-    default:
+    case OpClass::Transpose:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::Constant:
+    case OpClass::GraphDefined:
+    case OpClass::Input:
+    case OpClass::Output:
+    case OpClass::Accum:
+    case OpClass::Fused:
       return n_out;
   }
 }
@@ -285,7 +302,12 @@ class Unifier {
         align(*in[0], *in_shapes[0], out, out_shape);
         if (in.size() > 1) cls.unify((*in[1])[0], in[0]->back());
         return;
-      default:
+      case OpClass::Constant:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         return;  // Constant
     }
   }

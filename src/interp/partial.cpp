@@ -170,7 +170,11 @@ class Planner {
         }
         return;
       }
-      default:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
         break;
     }
     throw InternalError(fmt::format("plan_rows: unexpected op {}", op_name(op.kind)));

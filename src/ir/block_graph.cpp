@@ -346,7 +346,14 @@ BlockResources block_resources(const BlockGraph& bg) {
         return bg.ops[c].stage == bg.ops[i].stage;
       case OpClass::Output:
         return true;
-      default:
+      case OpClass::Matmul:
+      case OpClass::Transpose:
+      case OpClass::Constant:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Accum:
         return false;
     }
   };

@@ -136,7 +136,11 @@ Shape infer_op_shape(OpKind kind, const std::vector<Shape>& in, Attrs& attrs,
       if (!(attrs.eps >= 0)) user_error(ErrorCode::Op, "rms_norm: eps must be >= 0");
       return x;
     }
-    default:
+    case OpClass::GraphDefined:
+    case OpClass::Input:
+    case OpClass::Output:
+    case OpClass::Accum:
+    case OpClass::Fused:
       user_error(ErrorCode::Op, "{} is not a predefined op", info.name);
   }
 }

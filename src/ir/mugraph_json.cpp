@@ -444,7 +444,16 @@ void decode_block_op(const json& v, const std::string& path, BlockGraphBuilder& 
           path, [&] { return bb.fused(std::move(tg), in, name); }, name_path);
       break;
     }
-    default: {
+    case OpClass::Matmul:
+    case OpClass::Transpose:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::Constant:
+    case OpClass::Reduce:
+    case OpClass::Softmax:
+    case OpClass::RmsNorm:
+    case OpClass::GraphDefined:
+    case OpClass::Accum: {
       if (!(info.levels & kBlock))
         fail(ErrorCode::Op, path_key(path, "op"),
              fmt::format("{} cannot appear in a block graph", info.name),
@@ -634,7 +643,16 @@ ojson encode_block_op(const KernelGraph& g, const KernelOp& kop, const BlockGrap
       o["thread_ops"] = std::move(ts);
       break;
     }
-    default: {
+    case OpClass::Matmul:
+    case OpClass::Transpose:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::Constant:
+    case OpClass::Reduce:
+    case OpClass::Softmax:
+    case OpClass::RmsNorm:
+    case OpClass::GraphDefined:
+    case OpClass::Accum: {
       if (!op.inputs.empty()) o["inputs"] = input_names();
       ojson attrs = encode_attrs(op.kind, op.attrs);
       if (!attrs.empty()) o["attrs"] = std::move(attrs);

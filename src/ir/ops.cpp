@@ -22,6 +22,13 @@ const OpInfo& op_info(OpKind k) {
   return t[i];
 }
 
+AccumKind accum_kind(OpKind k) {
+  if (k == OpKind::AccumSum) return AccumKind::Sum;
+  if (k == OpKind::AccumMax) return AccumKind::Max;
+  KILN_ASSERT(k == OpKind::AccumRescale, "{} is not an accumulator", op_info(k).name);
+  return AccumKind::Rescale;
+}
+
 std::optional<OpKind> op_from_name(std::string_view name) {
   for (const OpInfo& i : all_ops())
     if (name == i.name) return i.kind;

@@ -72,7 +72,16 @@ std::string block_expr(const KernelGraph& g, const KernelOp& kop, const BlockGra
                          bg.outputs.at(op.io).name);
     case OpClass::Fused:
       return fmt::format("fused({})", fmt::join(operand_names(bg, op.inputs), ", "));
-    default:
+    case OpClass::Matmul:
+    case OpClass::Transpose:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::Constant:
+    case OpClass::Reduce:
+    case OpClass::Softmax:
+    case OpClass::RmsNorm:
+    case OpClass::GraphDefined:
+    case OpClass::Accum:
       return call(op.kind, operand_names(bg, op.inputs), op.attrs);
   }
 }
@@ -84,7 +93,17 @@ std::vector<std::string> block_maps(const BlockOp& op) {
       return {"imap " + map_str(op.imap), "fmap " + map_str(op.fmap)};
     case OpClass::Output:
       return {"omap " + map_str(op.imap), "fmap " + map_str(op.fmap)};
-    default:
+    case OpClass::Matmul:
+    case OpClass::Transpose:
+    case OpClass::Binary:
+    case OpClass::Unary:
+    case OpClass::Constant:
+    case OpClass::Reduce:
+    case OpClass::Softmax:
+    case OpClass::RmsNorm:
+    case OpClass::GraphDefined:
+    case OpClass::Accum:
+    case OpClass::Fused:
       return {};
   }
 }

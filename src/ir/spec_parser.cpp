@@ -23,6 +23,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kSpecFormat = "spec/1";
+// The composite ops the parser writes as primitive nodes (SpecReader::read_layer_norm).
+constexpr const char* kLayerNorm = "layer_norm";
 constexpr const char* kNameRule = "names match [A-Za-z_][A-Za-z0-9_]*, at most 256 characters";
 
 [[noreturn]] void fail(ErrorCode code, const std::string& path, std::string message,
@@ -323,15 +325,33 @@ class SpecReader {
 
     const std::string op_path = path_key(path, "op");
     const std::string& op_name = expect_string(require(node, path, "op"), op_path);
+    if (op_name == kLayerNorm) return read_layer_norm(node, path, name);
     std::optional<OpKind> kind = op_from_name(op_name);
-    if (!kind)
+    if (!kind) {
+      // The closest of the ops and of the composite ops the parser expands.
+      std::vector<std::string_view> names = {kLayerNorm};
+      for (const OpInfo& i : all_ops())
+        if ((i.levels & kKernel) && i.cls != OpClass::GraphDefined) names.push_back(i.name);
       fail(ErrorCode::Op, op_path, fmt::format("unknown op \"{}\"", printable(op_name)),
-           did_you_mean(closest_op_name(op_name, kKernel)));
+           did_you_mean(closest_name(op_name, names)));
+    }
     const OpInfo& info = op_info(*kind);
     if (!(info.levels & kKernel) || info.cls == OpClass::GraphDefined)
       fail(ErrorCode::Op, op_path, fmt::format("op \"{}\" cannot appear in a spec", op_name),
            "it exists only inside μGraphs");
 
+    std::vector<int> inputs = read_inputs(node, path, name);
+    Attrs attrs = parse_attrs(find(node, "attrs"), info, path);
+    try {
+      define(name, builder_->op(*kind, std::move(inputs), attrs, name), path);
+    } catch (UserError& e) {
+      e.with_path(path);
+      throw;
+    }
+  }
+
+  // The inputs of a node, resolved (the node's own name tells a cycle apart).
+  std::vector<int> read_inputs(const json& node, const std::string& path, const std::string& name) {
     std::vector<int> inputs;
     if (const json* in = find(node, "inputs")) {
       const std::string in_path = path_key(path, "inputs");
@@ -341,13 +361,76 @@ class SpecReader {
         inputs.push_back(resolve(expect_string((*in)[k], use_path), use_path, &name));
       }
     }
-    Attrs attrs = parse_attrs(find(node, "attrs"), info, path);
-    try {
-      define(name, builder_->op(*kind, std::move(inputs), attrs, name), path);
-    } catch (UserError& e) {
-      e.with_path(path);
-      throw;
+    return inputs;
+  }
+
+  // `layer_norm` (a Kiln extension, docs/spec-format.md): inputs X and optionally a weight w and
+  // a bias b (each of X's last extent), attr eps (default 1e-5, as torch.nn.LayerNorm), over the
+  // last dim:  (x - mean(x)) * rsqrt(mean((x - mean(x))^2) + eps) [* w] [+ b].
+  // It is a composite: the parser writes it as those primitive nodes (named NAME__mean,
+  // NAME__centered, ...; the last one is NAME), so every later stage sees ops it knows and its
+  // meaning is defined in this one place.
+  void read_layer_norm(const json& node, const std::string& path, const std::string& name) {
+    double eps = 1e-5;
+    if (const json* attrs = find(node, "attrs")) {
+      const std::string apath = path_key(path, "attrs");
+      expect_object(*attrs, apath, ErrorCode::Op);
+      for (const auto& [key, v] : attrs->items()) {
+        const std::string kpath = path_key(apath, key);
+        if (key != "eps") {
+          std::string hint = did_you_mean(closest_name(key, {"eps"}));
+          fail(ErrorCode::Op, kpath,
+               fmt::format("unknown attr \"{}\" for op layer_norm", printable(key)),
+               hint.empty() ? "layer_norm takes eps" : hint);
+        }
+        eps = attr_number(v, kpath);
+        if (!(eps >= 0)) fail(ErrorCode::Op, kpath, "layer_norm: eps must be >= 0");
+      }
     }
+    const std::vector<int> in = read_inputs(node, path, name);
+    const std::string in_path = path_key(path, "inputs");
+    if (in.empty() || in.size() > 3)
+      fail(ErrorCode::Op, in.empty() ? path : in_path,
+           fmt::format("layer_norm takes 1 to 3 inputs (X, weight, bias), got {}", in.size()));
+    const KernelGraph& g = builder_->peek();
+    const Shape& xs = g.tensor(in[0]).shape;
+    if (xs.empty())
+      fail(ErrorCode::Shape, path_index(in_path, 0), "layer_norm of a scalar: X needs a last dim");
+    for (size_t k = 1; k < in.size(); ++k) {
+      const TensorDesc& t = g.tensor(in[k]);
+      if (t.shape != Shape{xs.back()})
+        fail(ErrorCode::Shape, path_index(in_path, k),
+             fmt::format("layer_norm: {} {} is {}, expected [{}] (the last dim of X)",
+                         k == 1 ? "weight" : "bias", t.name, shape_str(t.shape), xs.back()));
+    }
+    // The primitive nodes; each internal name must be new too.
+    auto node_op = [&](OpKind k, std::vector<int> args, Attrs a, const std::string& out) {
+      if (out != name) check_new_name(out, path);
+      try {
+        const int t = builder_->op(k, std::move(args), a, out);
+        define(out, t, path);
+        return t;
+      } catch (UserError& e) {
+        e.with_path(path);
+        throw;
+      }
+    };
+    Attrs last;
+    last.dim = -1;
+    last.keepdim = true;
+    Attrs c;
+    c.value = eps;
+    const bool weight = in.size() >= 2, bias = in.size() == 3;
+    const int mean = node_op(OpKind::Mean, {in[0]}, last, name + "__mean");
+    const int xc = node_op(OpKind::Sub, {in[0], mean}, {}, name + "__centered");
+    const int sq = node_op(OpKind::Square, {xc}, {}, name + "__sq");
+    const int var = node_op(OpKind::Mean, {sq}, last, name + "__var");
+    const int e = node_op(OpKind::Constant, {}, c, name + "__eps");
+    const int ve = node_op(OpKind::Add, {var, e}, {}, name + "__var_eps");
+    const int r = node_op(OpKind::Rsqrt, {ve}, {}, name + "__rstd");
+    int y = node_op(OpKind::Mul, {xc, r}, {}, weight ? name + "__normed" : name);
+    if (weight) y = node_op(OpKind::Mul, {y, in[1]}, {}, bias ? name + "__scaled" : name);
+    if (bias) node_op(OpKind::Add, {y, in[2]}, {}, name);
   }
 
   // The tensor a use of `name` at `path` refers to. `user` is the node's own name (null for

@@ -165,8 +165,9 @@ class RandomGraphs {
     };
     for (int t : tiles) classify(t);
     const std::vector<OpKind> unary = {
-        OpKind::Exp,  OpKind::Neg,  OpKind::Square, OpKind::Silu,      OpKind::Sigmoid,
-        OpKind::Tanh, OpKind::Relu, OpKind::Gelu,   OpKind::LeakyRelu, OpKind::Clamp};
+        OpKind::Exp,      OpKind::Neg,  OpKind::Square, OpKind::Silu,      OpKind::Sigmoid,
+        OpKind::Tanh,     OpKind::Relu, OpKind::Gelu,   OpKind::LeakyRelu, OpKind::Clamp,
+        OpKind::Softplus, OpKind::Sin,  OpKind::Cos};
     const std::vector<OpKind> binary = {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Maximum,
                                         OpKind::Minimum};
     auto uattrs = [&](OpKind k) {

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "all_ops.h"
 #include "kiln/codegen/emit.h"
 #include "kiln/interp/interp.h"
 #include "sim_runner.h"
@@ -195,6 +196,14 @@ KernelGraph refcheck_graph() {
 
 TEST(SimReference, HarnessReferenceMatchesInterpreter) {
   EXPECT_EQ(check_reference(refcheck_graph(), 9, "refcheck"), "");
+}
+
+// Every elementwise op of the table (kiln/ir/elementwise.h): its float64 C expression in the
+// harness's reference agrees with the interpreter's float semantics, on inputs of both
+// generators.
+TEST(SimReference, EveryElementwiseOpsReferenceMatchesInterpreter) {
+  EXPECT_EQ(check_reference(testing::all_ops_spec(), 4, "all_ops_ref"), "");
+  EXPECT_EQ(check_reference(testing::all_ops_spec(), 5, "all_ops_ref_normal", 1.0), "");
 }
 
 // The normal generator on the "device" gives the interpreter's inputs bit for bit (f16, bf16,

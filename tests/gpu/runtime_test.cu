@@ -288,6 +288,12 @@ static void test_elementwise() {
              [](double x) { return std::min(std::max(x, -0.5), 0.75); });
   test_unary("clamp_min_only", Clamp{-0.5f}, -2, 2, [](double x) { return std::max(x, -0.5); });
   test_unary("identity", Identity(), -8, 8, [](double x) { return x; });
+  test_unary("softplus", Softplus(), -30, 30,
+             [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); });
+  test_unary("softplus_far", Softplus(), -200, 200,
+             [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); });
+  test_unary("sin", Sin(), -20, 20, [](double x) { return std::sin(x); });
+  test_unary("cos", Cos(), -20, 20, [](double x) { return std::cos(x); });
   test_binary("add", Add(), [](double a, double b) { return double(float(a + b)); });
   test_binary("sub", Sub(), [](double a, double b) { return double(float(a - b)); });
   test_binary("mul", Mul(), [](double a, double b) { return double(float(a * b)); });

@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
 
 namespace kiln {
 namespace {
@@ -236,6 +237,41 @@ TEST(Ops, RelativeL2AndTolerances) {
   EXPECT_EQ(spec_tolerance(DType::F32), 1e-4);
   EXPECT_EQ(spec_tolerance(DType::F16), 5e-3);
   EXPECT_EQ(spec_tolerance(DType::BF16), 2e-2);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// layer_norm (a composite the spec parser writes as primitive nodes) means what it says: per row
+// of the last dim, (x - mean) / sqrt(var + eps) * w + b with the biased variance, computed here
+// directly in float64; without bias, and without weight and bias.
+TEST(Ops, LayerNormCompositeMatchesItsDefinition) {
+  for (int nin : {1, 2, 3}) {
+    const char* ins[] = {R"(["X"])", R"(["X", "w"])", R"(["X", "w", "b"])"};
+    KernelGraph g = parse_spec(std::string(R"({"name": "ln", "inputs": [
+        {"name": "X", "shape": [3, 5, 16], "dtype": "f32"},
+        {"name": "w", "shape": [16], "dtype": "f32"}, {"name": "b", "shape": [16], "dtype": "f32"}],
+        "nodes": [{"name": "Y", "op": "layer_norm", "inputs": )") +
+                               ins[nin - 1] + R"(, "attrs": {"eps": 0.25}}], "outputs": ["Y"]})");
+    const std::vector<HostTensor> in = random_inputs(g, 3, 1.0);
+    const HostTensor y = evaluate(g, in)[0];
+    ASSERT_EQ(y.shape, (Shape{3, 5, 16}));
+    for (int r = 0; r < 15; ++r) {
+      const double* x = in[0].data.data() + r * 16;
+      double mean = 0, var = 0;
+      for (int j = 0; j < 16; ++j) mean += x[j] / 16;
+      for (int j = 0; j < 16; ++j) var += (x[j] - mean) * (x[j] - mean) / 16;
+      for (int j = 0; j < 16; ++j) {
+        double want = (x[j] - mean) / std::sqrt(var + 0.25);
+        if (nin >= 2) want *= in[1].data[j];
+        if (nin == 3) want += in[2].data[j];
+        EXPECT_NEAR(y.data[r * 16 + j], want, 1e-12) << nin << " inputs, row " << r << " col " << j;
+      }
+    }
+  }
 }
 
 }  // namespace

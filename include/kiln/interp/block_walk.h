@@ -217,8 +217,8 @@ class BlockWalker {
     T& acc = st.val[i];
     const T& v = st.val[op.inputs[0]];
     auto& [t0, t1, t2, t3] = st.tmp;
-    switch (op.kind) {
-      case OpKind::AccumSum:
+    switch (accum_kind(op.kind)) {
+      case AccumKind::Sum:
         if (first) {
           acc = v;
         } else {
@@ -226,7 +226,7 @@ class BlockWalker {
           std::swap(acc, t0);
         }
         return;
-      case OpKind::AccumMax:
+      case AccumKind::Max:
         if (first) {
           acc = v;
         } else {
@@ -234,7 +234,7 @@ class BlockWalker {
           std::swap(acc, t0);
         }
         return;
-      case OpKind::AccumRescale: {
+      case AccumKind::Rescale: {
         const T& m = st.val[op.inputs[1]];
         T& mx = st.run_max[i];
         const Attrs none;
@@ -256,10 +256,7 @@ class BlockWalker {
         std::swap(mx, t3);
         return;
       }
-      default:
-        break;
     }
-    throw InternalError(fmt::format("{} is not an accumulator", op_name(op.kind)));
   }
 
   void store(int i, const State& st, std::span<T* const> outputs, const int64_t* g,

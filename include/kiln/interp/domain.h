@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/elementwise.h"
 #include "kiln/ir/memory.h"
 #include "kiln/ir/ops.h"
 #include "kiln/ir/types.h"
@@ -105,55 +106,5 @@ struct Exec {
 // An op given a row set must compute at least those rows of its result; the others may hold
 // anything.
 using RowMask = std::vector<uint8_t>;
-
-// Calls f(std::integral_constant<OpKind, K>{}) for the runtime kind k, so that element loops are
-// instantiated once per kind with the kind as a compile-time constant.
-template <class F>
-decltype(auto) with_binary_kind(OpKind k, F&& f) {
-  switch (k) {
-    case OpKind::Add:
-      return f(std::integral_constant<OpKind, OpKind::Add>{});
-    case OpKind::Sub:
-      return f(std::integral_constant<OpKind, OpKind::Sub>{});
-    case OpKind::Mul:
-      return f(std::integral_constant<OpKind, OpKind::Mul>{});
-    case OpKind::Div:
-      return f(std::integral_constant<OpKind, OpKind::Div>{});
-    case OpKind::Maximum:
-      return f(std::integral_constant<OpKind, OpKind::Maximum>{});
-    case OpKind::Minimum:
-      return f(std::integral_constant<OpKind, OpKind::Minimum>{});
-    default:
-      break;
-  }
-  throw InternalError(fmt::format("{} is not a binary op", op_name(k)));
-}
-
-template <class F>
-decltype(auto) with_unary_kind(OpKind k, F&& f) {
-  switch (k) {
-#define KILN_UNARY_CASE(E) \
-  case OpKind::E:          \
-    return f(std::integral_constant<OpKind, OpKind::E>{});
-    KILN_UNARY_CASE(Neg)
-    KILN_UNARY_CASE(Exp)
-    KILN_UNARY_CASE(Log)
-    KILN_UNARY_CASE(Sqrt)
-    KILN_UNARY_CASE(Rsqrt)
-    KILN_UNARY_CASE(Reciprocal)
-    KILN_UNARY_CASE(Square)
-    KILN_UNARY_CASE(Tanh)
-    KILN_UNARY_CASE(Sigmoid)
-    KILN_UNARY_CASE(Silu)
-    KILN_UNARY_CASE(Relu)
-    KILN_UNARY_CASE(Gelu)
-    KILN_UNARY_CASE(LeakyRelu)
-    KILN_UNARY_CASE(Clamp)
-#undef KILN_UNARY_CASE
-    default:
-      break;
-  }
-  throw InternalError(fmt::format("{} is not a unary op", op_name(k)));
-}
 
 }  // namespace kiln::interp

@@ -120,7 +120,7 @@ void unary_op(const D& d, OpKind kind, const Attrs& attrs, const Tensor<typename
               Tensor<typename D::V>& out, const Exec& ex, const RowMask& mask = {}) {
   out.reset(x.shape);
   int64_t cols = num_cols(x.shape);
-  with_unary_kind(kind, [&](auto k) {
+  with_unary(kind, [&](auto k) {
     for_rows(ex, num_rows(x.shape), cols * 4, mask, [&](int64_t r) {
       const auto* px = x.data.data() + r * cols;
       auto* po = out.data.data() + r * cols;
@@ -141,7 +141,7 @@ void binary_op(const D& d, OpKind kind, const Tensor<typename D::V>& a,
               shape_str(b.shape));
   out.reset(*shape);
   int64_t cols = num_cols(out.shape);
-  with_binary_kind(kind, [&](auto k) {
+  with_binary(kind, [&](auto k) {
     if (a.shape == b.shape) {
       for_rows(ex, num_rows(out.shape), cols, mask, [&](int64_t r) {
         const auto* pa = a.data.data() + r * cols;
@@ -447,7 +447,11 @@ void apply_op(const D& d, OpKind kind, const Attrs& attrs,
       return softmax_op(d, attrs, *in[0], out, ex, mask);
     case OpClass::RmsNorm:
       return rms_norm_op(d, attrs, *in[0], in.size() > 1 ? in[1] : nullptr, out, ex, mask);
-    default:
+    case OpClass::GraphDefined:
+    case OpClass::Input:
+    case OpClass::Output:
+    case OpClass::Accum:
+    case OpClass::Fused:
       break;
   }
   throw InternalError(fmt::format("apply_op: {} is not a predefined op", op_name(kind)));

@@ -3,7 +3,8 @@
 // KILN_OPS lists each op once: its enum name, its name in files, how many inputs it takes, its
 // class (which decides shape rules and semantics), the levels it may appear at and the attrs it
 // accepts. The printer, the JSON codecs, the spec parser, the interpreter and the verifier all
-// dispatch on this table, so adding an op is one row here plus its semantics.
+// dispatch on this table, so adding an op is one row here plus its semantics (for an elementwise
+// op, one Elementwise<> specialisation in kiln/ir/elementwise.h and a device functor).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +72,9 @@ enum : uint16_t {
   X(Gelu, "gelu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrApproximate)              \
   X(LeakyRelu, "leaky_relu", 1, 1, Unary, kKernel | kBlock | kThread, kAttrNegativeSlope) \
   X(Clamp, "clamp", 1, 1, Unary, kKernel | kBlock | kThread, kAttrMin | kAttrMax)         \
+  X(Softplus, "softplus", 1, 1, Unary, kKernel | kBlock | kThread, 0)                     \
+  X(Sin, "sin", 1, 1, Unary, kKernel | kBlock | kThread, 0)                               \
+  X(Cos, "cos", 1, 1, Unary, kKernel | kBlock | kThread, 0)                               \
   X(Sum, "sum", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                  \
   X(Mean, "mean", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                \
   X(Max, "max", 1, 1, Reduce, kKernel | kBlock, kAttrDim | kAttrKeepdim)                  \
@@ -107,6 +111,12 @@ std::optional<OpKind> op_from_name(std::string_view name);
 const std::vector<OpInfo>& all_ops();
 // The known op name closest to `name` (edit distance), for "did you mean" hints; "" if none.
 std::string closest_op_name(std::string_view name, uint8_t level);
+
+// The accumulators of OpClass::Accum, so that code that treats each differently can switch over
+// them without a `default:` (a new accumulator is then a build error there).
+enum class AccumKind : uint8_t { Sum, Max, Rescale };
+// Throws InternalError for an op of another class.
+AccumKind accum_kind(OpKind k);
 
 enum class GeluApprox : uint8_t { None, Tanh };
 

@@ -49,44 +49,59 @@ class DegreeDomain {
     if (stats_) stats_->selections.fetch_add(1, std::memory_order_relaxed);
     return {std::max({x.n, y.n, 1u}), std::max(x.m, y.m)};
   }
+  // The table's degree rules (kiln/ir/elementwise.h).
   V binary(OpKind k, V x, V y) const {
-    switch (k) {
-      case OpKind::Add:
-      case OpKind::Sub:
+    switch (degree_rule(k)) {
+      case DegreeRule::AddSub:
         if (x.m == 0 && y.m == 0) return {std::max(x.n, y.n), 0};
         return {sat(std::max(uint64_t(x.n) + y.m, uint64_t(y.n) + x.m)), sat(uint64_t(x.m) + y.m)};
-      case OpKind::Mul:
+      case DegreeRule::Mul:
         return {sat(uint64_t(x.n) + y.n), sat(uint64_t(x.m) + y.m)};
-      case OpKind::Div:
+      case DegreeRule::Div:
         return {sat(uint64_t(x.n) + y.m), sat(uint64_t(x.m) + y.n)};
-      default:
-        return max(x, y);  // Maximum, Minimum
+      case DegreeRule::SelectPair:
+        return max(x, y);
+      case DegreeRule::Same:
+      case DegreeRule::Square:
+      case DegreeRule::Swap:
+      case DegreeRule::Exp:
+      case DegreeRule::Opaque:
+      case DegreeRule::InvOpaque:
+      case DegreeRule::TimesOpaque:
+      case DegreeRule::Select:
+        break;
     }
+    throw InternalError(fmt::format("degree: {} is not a binary op", op_name(k)));
   }
   V unary(OpKind k, const Attrs&, V x) const {
-    switch (k) {
-      case OpKind::Neg:
+    switch (degree_rule(k)) {
+      case DegreeRule::Same:
         return x;
-      case OpKind::Square:
+      case DegreeRule::Square:
         return {sat(2 * uint64_t(x.n)), sat(2 * uint64_t(x.m))};
-      case OpKind::Reciprocal:
+      case DegreeRule::Swap:
         return {x.m, x.n};
-      case OpKind::Exp:
+      case DegreeRule::Exp:
         record(stats_ ? &stats_->exp_arg : nullptr, x);
         return {1, 0};
-      case OpKind::Rsqrt:
-        record(stats_ ? &stats_->prf_arg : nullptr, x);
-        return {0, 1};
-      case OpKind::Silu:
-        record(stats_ ? &stats_->prf_arg : nullptr, x);
-        return {sat(x.n + 1ull), x.m};
-      case OpKind::Relu:
-      case OpKind::Clamp:
-        return max(x, V{});
-      default:
+      case DegreeRule::Opaque:
         record(stats_ ? &stats_->prf_arg : nullptr, x);
         return {1, 0};
+      case DegreeRule::InvOpaque:
+        record(stats_ ? &stats_->prf_arg : nullptr, x);
+        return {0, 1};
+      case DegreeRule::TimesOpaque:
+        record(stats_ ? &stats_->prf_arg : nullptr, x);
+        return {sat(x.n + 1ull), x.m};
+      case DegreeRule::Select:
+        return max(x, V{});
+      case DegreeRule::AddSub:
+      case DegreeRule::Mul:
+      case DegreeRule::Div:
+      case DegreeRule::SelectPair:
+        break;
     }
+    throw InternalError(fmt::format("degree: {} is not a unary op", op_name(k)));
   }
 
  private:

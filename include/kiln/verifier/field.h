@@ -183,6 +183,12 @@ class FieldDomain {
   V exp(V x) const;
   // A PRF value keyed by (seed, tag, p-part of x): uniform, untainted.
   V prf(uint64_t tag, V x) const;
+  // The unknown function of op k (and `salt`, for attrs that change the function) at x: the
+  // field meaning of a transcendental op (kiln/ir/elementwise.h).
+  V opaque(OpKind k, V x, uint64_t salt = 0) const {
+    return prf(mix64(static_cast<uint64_t>(k) + 0x7072660000ull) ^ salt, x);
+  }
+  static uint64_t mix(uint64_t z) { return mix64(z); }
   // The seeded total order: true if x comes strictly before y.
   bool before(V x, V y) const {
     if (x.c != y.c && order_ != SelectionOrder::Random)
@@ -200,7 +206,6 @@ class FieldDomain {
  private:
   V dyadic(double x) const;
   V constant_value(double x) const;  // from_double without the constant flag
-  V unary_slow(OpKind k, const Attrs& a, V x) const;
   V selected(V x) const { return free_ ? prf(0x73656c6563746564ull, x) : x; }
 
   const FieldContext& f_;
@@ -212,39 +217,14 @@ class FieldDomain {
 
 // The ring operations are inline so that the core's element loops (which call binary/unary
 // with a compile-time kind) compile to straight-line Montgomery arithmetic.
+// The table's field semantics (kiln/ir/elementwise.h).
 FieldDomain::V FieldDomain::binary(OpKind k, V x, V y) const {
-  switch (k) {
-    case OpKind::Add:
-      return add(x, y);
-    case OpKind::Sub:
-      return sub(x, y);
-    case OpKind::Mul:
-      return mul(x, y);
-    case OpKind::Div:
-      return mul(x, inverse(y));
-    case OpKind::Maximum:
-      return max(x, y);
-    case OpKind::Minimum:
-      return min(x, y);
-    default:
-      break;
-  }
-  return V{};
+  return with_binary(
+      k, [&](auto t) { return Elementwise<decltype(t)::value>::field(*this, kNoAttrs, x, y); });
 }
 
 FieldDomain::V FieldDomain::unary(OpKind k, const Attrs& a, V x) const {
-  switch (k) {
-    case OpKind::Neg:
-      return neg(x);
-    case OpKind::Square:
-      return mul(x, x);
-    case OpKind::Exp:
-      return exp(x);
-    case OpKind::Reciprocal:
-      return inverse(x);
-    default:
-      return unary_slow(k, a, x);
-  }
+  return with_unary(k, [&](auto t) { return Elementwise<decltype(t)::value>::field(*this, a, x); });
 }
 
 static_assert(interp::ValueDomain<FieldDomain>);

@@ -530,6 +530,15 @@ struct Clamp {
   float hi = __builtin_huge_valf();
   float operator()(float x) const { return fminf(fmaxf(x, lo), hi); }
 };
+struct Softplus {
+  float operator()(float x) const { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+};
+struct Sin {
+  float operator()(float x) const { return sinf(x); }
+};
+struct Cos {
+  float operator()(float x) const { return cosf(x); }
+};
 struct Add {
   float operator()(float a, float b) const { return a + b; }
 };
