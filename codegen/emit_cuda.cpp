@@ -97,7 +97,7 @@ void emit_elementwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   std::vector<int> loaded = operand_params(x, op, params, args);
   params.push_back(fmt::format("{}* __restrict__ y", ctype(out.dtype)));
   args.push_back(x.ptr(op.outputs[0]));
-  bool vec = kp.strategy.rfind("elementwise v", 0) == 0;
+  bool vec = kp.kind == Strategy::ElementwiseVec;
   for (int j : loaded) vec &= x.g.tensor(op.inputs[j]).dtype == out.dtype;
   int V = 16 / dtype_bytes(out.dtype);
   vec &= N % V == 0;
@@ -263,7 +263,7 @@ void emit_rms_rows(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
 // reduced dim is innermost, else a thread per column.
 void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
   if (kp.fused_into >= 0) return;  // its consumer's GEMV does it
-  if (kp.strategy.rfind("row per block v", 0) == 0) return emit_rms_rows(x, op, kp);
+  if (kp.kind == Strategy::RowPerBlockVec) return emit_rms_rows(x, op, kp);
   const OpClass cls = op_info(op.kind).cls;
   const TensorDesc& in = x.g.tensor(op.inputs[0]);
   const TensorDesc& out = x.g.tensor(op.outputs[0]);
@@ -298,7 +298,7 @@ void emit_rowwise(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
       fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", threads, kp.kernel, params));
   std::string R = std::to_string(v.R);
   if (v.inner == 1) {
-    bool block = kp.strategy == "row per block";
+    bool block = kp.kind == Strategy::RowPerBlock;
     std::string lanes = block ? std::to_string(threads) : "32";
     if (block) {
       c.line("__shared__ float scratch[32];");
@@ -432,7 +432,7 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
               kp.strategy);
   x.kernels.line("");
   L.open("{");
-  if (kp.strategy.rfind("gemv", 0) == 0) {
+  if (kp.kind == Strategy::Gemv) {
     int mt = static_cast<int>(cdiv(M, 8));
     // A prologue here is A = rms_norm(X) (plan_schedule fused it): read X, scale rows at the end.
     const bool rms = kp.prologue_op >= 0;
@@ -473,15 +473,15 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
       L.f("err = kiln::rt::gemv_launch<{}>({}, gw, counters, stream, {});", targs, operands, epi);
     }
     L.line("if (err != cudaSuccess) return err;");
-  } else if (kp.strategy.rfind("wgmma_ws", 0) == 0) {
+  } else if (kp.kind == Strategy::WgmmaGemm) {
     L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6>, {}, "
         "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
         "kiln::rt::WgmmaEpiIdentity(), stream);",
         TA, TO, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
         x.ptr(op.outputs[0]), N, M, N, K);
     L.line("if (err != cudaSuccess) return err;");
-  } else if (kp.strategy.rfind("gemm_tc", 0) == 0) {
-    bool small = kp.strategy.find("64x128") != std::string::npos;
+  } else if (kp.kind == Strategy::GemmTc64 || kp.kind == Strategy::GemmTc128) {
+    bool small = kp.kind == Strategy::GemmTc64;
     std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", TA)
                             : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", TA);
     int bm = small ? 64 : 128;
@@ -507,6 +507,7 @@ void emit_matmul(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) {
       launch_check(L);
     }
   } else {
+    KILN_ASSERT(kp.kind == Strategy::Fma, "{}: not a matmul plan ({})", kp.kernel, kp.strategy);
     L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
         "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",
         TA, ctype(b.dtype), TO, cdiv(N, 32), cdiv(M, 32), ob[0] * ob[1], x.ptr(op.inputs[0]),
@@ -721,7 +722,7 @@ void emit_graph_body(const KernelGraph& g, const Schedule& s, const std::string&
     const KernelOp& op = g.ops[kp.op];
     switch (op_info(op.kind).cls) {
       case OpClass::Constant:
-        if (kp.strategy == "fill") {
+        if (kp.kind == Strategy::Fill) {
           x.launch.f("kiln::cg::fill_scalar_kernel<<<1, 1, 0, stream>>>({}, {});",
                      x.ptr(op.outputs[0]), flit(op.attrs.value));
           launch_check(x.launch);

@@ -1367,6 +1367,7 @@ int64_t tensor_bytes(const TensorDesc& t) {
 static void fuse_prologue(Schedule& s, int producer, int consumer, KernelPlan& kp, int t,
                           bool store) {
   KernelPlan& pp = s.kernels[producer];
+  pp.kind = Strategy::FusedInto;
   pp.strategy = "fused into " + kp.kernel;
   pp.fused_into = consumer;
   pp.grid = 0;
@@ -1402,10 +1403,11 @@ static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule&
   while (threads < 1024 && ceil_div(R / V, threads) > 4) threads *= 2;
   if (ceil_div(R / V, threads) > 8) return;  // more than 64 floats of row per thread
   kp.threads = threads;
+  kp.kind = Strategy::RowPerBlockVec;
   kp.strategy = fmt::format("row per block v{}", V);
   const int h = op.inputs[0];
   const int p = g.producer(h);
-  if (p < 0 || s.kernels[p].strategy.rfind("elementwise v", 0) != 0) return;
+  if (p < 0 || s.kernels[p].kind != Strategy::ElementwiseVec) return;
   for (int t : g.ops[p].inputs)
     if (!is_const(t) && (g.tensor(t).dtype != in.dtype || g.tensor(t).shape != in.shape)) return;
   for (int j = p + 1; j < k; ++j)  // a reader before this kernel would find H unwritten
@@ -1444,6 +1446,7 @@ void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
           : 1;
   kp.smem = smem(kp.attn_stages);
   kp.threads = 128 * (1 + kp.attn_key_split);
+  kp.kind = Strategy::Attention;
   kp.strategy = fmt::format(
       "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
       "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
@@ -1596,6 +1599,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
       kp.grid = op.block->num_blocks();
       kp.threads = op.block->block_threads;
       kp.smem = kp.block->smem_bytes;
+      kp.kind = Strategy::BlockGraph;
       kp.strategy = "block graph";
       if (!opt.lowerings) {
         // the generic block-graph kernel only
@@ -1605,6 +1609,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
         const char* plural = cp.b.size() > 1 ? "s" : "";
         if (const std::optional<GemvTmaShape>& v = cp.gemv) {
           // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
+          kp.kind = Strategy::GemvTmaContraction;
           kp.strategy =
               fmt::format("gemv tma contraction ({} weight{}, {}x{} s{}, {} split{})", cp.b.size(),
                           plural, v->bn, v->bk, v->stages, v->splits, v->splits > 1 ? "s" : "");
@@ -1613,6 +1618,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
           kp.threads = 160;
           kp.smem = v->smem;
         } else {
+          kp.kind = Strategy::WgmmaContraction;
           kp.strategy = fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
                                     cp.b.size(), plural);
           kp.grid = ceil_div(cp.m, 128) * ceil_div(cp.n, 128);
@@ -1628,6 +1634,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
       const TensorDesc& out = g.tensor(op.outputs[0]);
       switch (c) {
         case OpClass::Constant:
+          kp.kind = need_store[op.outputs[0]] ? Strategy::Fill : Strategy::Folded;
           kp.strategy = need_store[op.outputs[0]] ? "fill" : "folded";
           break;
         case OpClass::Binary:
@@ -1640,6 +1647,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
             if (!is_const(in) && 16 / dtype_bytes(g.tensor(in).dtype) < v)
               v = 16 / dtype_bytes(g.tensor(in).dtype);
           vec &= numel(out.shape) % v == 0;
+          kp.kind = vec ? Strategy::ElementwiseVec : Strategy::ElementwiseBroadcast;
           kp.strategy = vec ? fmt::format("elementwise v{}", v) : "elementwise broadcast";
           kp.threads = 256;
           int64_t items = vec ? numel(out.shape) / v : numel(out.shape);
@@ -1647,6 +1655,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
           break;
         }
         case OpClass::Transpose:
+          kp.kind = Strategy::Gather;
           kp.strategy = "gather";
           kp.threads = 256;
           kp.grid =
@@ -1662,12 +1671,14 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
           for (size_t d = dim + 1; d < xs.size(); ++d) inner *= xs[d];
           int64_t rows = numel(xs) / xs[dim];
           if (inner == 1) {
+            kp.kind = xs[dim] >= 2048 ? Strategy::RowPerBlock : Strategy::RowPerWarp;
             kp.strategy = xs[dim] >= 2048 ? "row per block" : "row per warp";
             kp.threads = xs[dim] >= 2048 ? 512 : 256;
             kp.grid = xs[dim] >= 2048 ? rows : ceil_div(rows, 8);
             if (c == OpClass::RmsNorm && xs[dim] >= 2048)
               plan_rms_rows(g, static_cast<int>(k), kp, s, consumers);
           } else {
+            kp.kind = Strategy::ColumnPerThread;
             kp.strategy = "column per thread";
             kp.threads = 256;
             kp.grid = ceil_div(rows, 256);
@@ -1683,6 +1694,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
                     a.dtype != DType::F32 && K % 8 == 0 && N % 8 == 0;
           if (tc && batch == 1 && M <= 32 && K % 4 == 0 && N % 8 == 0 &&
               (N * dtype_bytes(out.dtype)) % 16 == 0) {
+            kp.kind = Strategy::Gemv;
             kp.strategy = "gemv";
             // Where 64-column slabs already give 1.5 blocks per SM: 1 x 8 warps per slab, no
             // split-K (no partials, no second pass). Otherwise 1 x 4 warps per slab and k-splits
@@ -1747,11 +1759,13 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
             }
           } else if (tc && batch == 1 && M > 64 && t.arch == Arch::Sm90a) {
             // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
+            kp.kind = Strategy::WgmmaGemm;
             kp.strategy = "wgmma_ws 128x128x64 s6";
             kp.threads = 384;
             kp.grid = ceil_div(N, 128) * ceil_div(M, 128);
           } else if (tc) {
             bool small = M <= 64;
+            kp.kind = small ? Strategy::GemmTc64 : Strategy::GemmTc128;
             kp.strategy = small ? "gemm_tc 64x128x32 s4" : "gemm_tc 128x128x32 s3";
             kp.threads = small ? 128 : 256;
             kp.smem = small ? 4 * (64 * 32 + 32 * 128) * 2 : 3 * (128 * 32 + 32 * 128) * 2;
@@ -1768,6 +1782,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
               }
             }
           } else {
+            kp.kind = Strategy::Fma;
             kp.strategy = "fma 32x32";
             kp.threads = 256;
             kp.grid = ceil_div(N, 32) * ceil_div(M, 32) * batch;

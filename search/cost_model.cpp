@@ -352,7 +352,7 @@ KernelCost wgmma_gemm_cost(const KernelGraph& g, const KernelOp& op, const Targe
 KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
                            const KernelPlan* plan) {
   const CostConstants& k = cost_constants(t.arch);
-  if (op.kind == OpKind::MatMul && plan && plan->strategy.rfind("wgmma_ws", 0) == 0)
+  if (op.kind == OpKind::MatMul && plan && plan->kind == Strategy::WgmmaGemm)
     return wgmma_gemm_cost(g, op, t);
   KernelCost c;
   c.name = op.name;
@@ -381,9 +381,8 @@ KernelCost predefined_cost(const KernelGraph& g, const KernelOp& op, const Targe
   // streaming loops; other generic kernels (gemm_tc, fma) are eff_pre efficient. No kernel is
   // faster than the SMs its grid covers (the planner's launch grid; row-per-block reductions of
   // few rows cover few SMs).
-  const std::string strategy = plan ? plan->strategy : std::string();
   double e = k.predefined_efficiency;
-  if (strategy.rfind("gemv", 0) == 0)
+  if (plan && plan->kind == Strategy::Gemv)
     e = k.gemv_efficiency;
   else if (op.kind != OpKind::MatMul)
     e = k.row_efficiency;

@@ -143,10 +143,39 @@ struct BlockSchedule {
 const Distribution* mma_distribution(const BlockSchedule& s, int mm);
 
 // How one kernel-graph op runs.
+// Which kernel a plan emits: the emitter and the cost model switch over it (no default), so a
+// new kind is a build error wherever it is not handled. KernelPlan::strategy describes it in words
+// (with its configuration) for listings and comments only; nothing matches on that text.
+enum class Strategy : uint8_t {
+  Unplanned,
+  // Graph-defined ops.
+  BlockGraph,          // the generic block-graph kernel (emit_block.cpp)
+  GemvTmaContraction,  // a GEMM with an epilogue at decode rows: the TMA GEMV (contraction.h)
+  WgmmaContraction,    // a GEMM with an epilogue: the warp-specialized wgmma GEMM (contraction.h)
+  Attention,           // attention's two-contraction chain (attention.h)
+  // Predefined ops.
+  Fill,                  // a constant that must be stored
+  Folded,                // a constant folded into its readers: no kernel
+  FusedInto,             // runs inside another op's kernel (KernelPlan::fused_into): no kernel
+  ElementwiseVec,        // 16-byte vectors, same shapes
+  ElementwiseBroadcast,  // scalar loop with broadcast indexing
+  Gather,                // transpose
+  RowPerBlock,           // reduction / softmax / rms_norm over the innermost dim, a block a row
+  RowPerBlockVec,        // rms_norm, a block a row, in 16-byte vectors (maybe with a prologue)
+  RowPerWarp,            // the same, a warp a row
+  ColumnPerThread,       // reduction over an outer dim
+  Gemv,                  // matmul of M <= 32 rows: the register GEMV, or the TMA GEMV (gemv_tma)
+  WgmmaGemm,             // matmul: the runtime's wgmma GEMM (sm_90a)
+  GemmTc128,             // matmul: mma.sync 128x128x32 tiles
+  GemmTc64,              // matmul: mma.sync 64x128x32 tiles (M <= 64)
+  Fma,                   // matmul without tensor cores
+};
+
 struct KernelPlan {
   int op = -1;
-  std::string kernel;    // CUDA symbol stem, unique in the file
-  std::string strategy;  // predefined ops: "elementwise v8", "gemm_tc 128x128x32 s3", ...
+  std::string kernel;  // CUDA symbol stem, unique in the file
+  Strategy kind = Strategy::Unplanned;
+  std::string strategy;  // kind in words: "elementwise v8", "gemm_tc 128x128x32 s3", ...
   std::shared_ptr<BlockSchedule> block;  // graph-defined ops
   // Graph-defined ops that are a GEMM with an elementwise epilogue (contraction.h): run through
   // the runtime's wgmma mainloop instead of the generic block kernel (strategy "wgmma_ws
