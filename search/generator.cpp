@@ -368,6 +368,213 @@ PGraph hoist(const PGraph& g, int n) {
   return h;
 }
 
+// ---- Algebraic rewrites of the kernel graph (issue 17's first rules) ------------------------
+//
+// Each rewrites one site and yields a variant that the search explores beside the plain one; the
+// cost model ranks what each leads to, and the verifier proves every winner against the spec, so
+// a rule needs to be sound but not proven here. A site is rank-2 only (no batch dims), and its
+// intermediate must have no other reader (it is replaced, not duplicated).
+
+// A rebuilt graph: node `at` of g replaced by `repl`, whose inputs are ids of g (< at) or
+// `new_ref(k)` for the k-th node of repl; the last of repl takes over at's id for its readers.
+constexpr int new_ref(int k) {
+  return -1 - k;
+}
+PGraph replace_node(const PGraph& g, int at, std::vector<PNode> repl, const std::string& why) {
+  PGraph h;
+  h.name = g.name;
+  h.doc = g.doc;
+  h.rewrites = g.rewrites;
+  std::vector<int> remap(g.nodes.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (static_cast<int>(n) != at) {
+      PNode x = g.nodes[n];
+      for (int& i : x.inputs) i = remap[i];
+      h.nodes.push_back(std::move(x));
+      remap[n] = static_cast<int>(h.nodes.size()) - 1;
+      continue;
+    }
+    const int base = static_cast<int>(h.nodes.size());
+    for (PNode& x : repl) {
+      for (int& i : x.inputs) i = i < 0 ? base + (-1 - i) : remap[i];
+      h.nodes.push_back(std::move(x));
+    }
+    remap[n] = static_cast<int>(h.nodes.size()) - 1;
+  }
+  for (int i : g.inputs) h.inputs.push_back(remap[i]);
+  for (int o : g.outputs) h.outputs.push_back(remap[o]);
+  remove_dead(h);
+  h.rewrites.push_back(why);
+  assign_labels(h);
+  return h;
+}
+
+// Readers of each node, outputs counted as readers.
+std::vector<int> reader_counts(const PGraph& g) {
+  std::vector<int> r(g.nodes.size(), 0);
+  for (const PNode& x : g.nodes)
+    for (int i : x.inputs) ++r[i];
+  for (int o : g.outputs) ++r[o];
+  return r;
+}
+
+bool plain_matmul(const PGraph& g, int n) {
+  const PNode& m = g.nodes[n];
+  return m.kind == OpKind::MatMul && m.split == 0 && m.shape.size() == 2 &&
+         g.nodes[m.inputs[0]].shape.size() == 2 && g.nodes[m.inputs[1]].shape.size() == 2;
+}
+
+PNode matmul_node(int a, int b, Shape shape, DType dt, std::string name) {
+  PNode m;
+  m.kind = OpKind::MatMul;
+  m.inputs = {a, b};
+  m.shape = std::move(shape);
+  m.dtype = dt;
+  m.name = std::move(name);
+  return m;
+}
+
+// Matmul associativity, in the direction that does fewer multiply-adds:
+//   Y = X (A B)  ->  (X A) B   where  m k n + k r n  >  m k r + m r n   (and the mirror).
+// lowrank (X (A B) with rank 16) drops from 2 x 268 M to 2 M multiply-adds and never
+// materialises the 4096 x 4096 product.
+std::vector<PGraph> reassociations(const PGraph& g) {
+  std::vector<PGraph> out;
+  const std::vector<int> readers = reader_counts(g);
+  for (size_t yi = 0; yi < g.nodes.size(); ++yi) {
+    const int y = static_cast<int>(yi);
+    if (!plain_matmul(g, y)) continue;
+    const PNode& Y = g.nodes[y];
+    for (int side : {1, 0}) {
+      const int j = Y.inputs[side];
+      if (!plain_matmul(g, j) || readers[j] != 1) continue;
+      const PNode& J = g.nodes[j];
+      // side 1: Y = X (A B); side 0: Y = (X A) B.
+      const int x = side == 1 ? Y.inputs[0] : J.inputs[0];
+      const int a = side == 1 ? J.inputs[0] : J.inputs[1];
+      const int b = side == 1 ? J.inputs[1] : Y.inputs[1];
+      const double m = double(g.nodes[x].shape[0]), k = double(g.nodes[x].shape[1]);
+      const double r = double(g.nodes[a].shape[1]), n = double(g.nodes[b].shape[1]);
+      const double before = side == 1 ? k * r * n + m * k * n : m * k * r + m * r * n;
+      const double after = side == 1 ? m * k * r + m * r * n : k * r * n + m * k * n;
+      if (!(after < before)) continue;
+      // The new intermediate is a float32 accumulation: its range need not be the old one's (a
+      // 16-bit store could overflow where the spec's order did not), and it is the small one.
+      const std::string mid = J.name + "_reassoc";
+      PNode first = side == 1 ? matmul_node(x, a, {int64_t(m), int64_t(r)}, DType::F32, mid)
+                              : matmul_node(a, b, {int64_t(k), int64_t(n)}, DType::F32, mid);
+      PNode second = side == 1 ? matmul_node(new_ref(0), b, Y.shape, Y.dtype, Y.name)
+                               : matmul_node(x, new_ref(0), Y.shape, Y.dtype, Y.name);
+      // `first` replaces J's slot only if its operands exist there; else it goes at Y.
+      const int at = std::max({x, a, b}) < j ? j : y;
+      if (at == j) {
+        // J's slot holds `first`; Y is replaced by `second` reading it there.
+        PGraph g2 = g;
+        g2.nodes[j] = first;
+        PNode y2 = second;
+        y2.inputs = side == 1 ? std::vector<int>{j, b} : std::vector<int>{x, j};
+        out.push_back(replace_node(
+            g2, y, {y2},
+            fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
+      } else {
+        out.push_back(replace_node(
+            g, y, {first, second},
+            fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
+      }
+    }
+  }
+  return out;
+}
+
+// A sum over the output dim of a matmul moves onto the operand that dim comes from:
+//   sum_n (X T)[m, n] = (X (sum_n T[:, n]))[m]      sum_m (X T)[m, n] = ((sum_m X[m, :]) T)[n]
+// so `mean(X W^T, -1)` (linear_mean) is one pass over W and a GEMV instead of a GEMM.
+std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
+  std::vector<PGraph> out;
+  const std::vector<int> readers = reader_counts(g);
+  for (size_t si = 0; si < g.nodes.size(); ++si) {
+    const PNode& S = g.nodes[si];
+    if (S.kind != OpKind::Sum || S.split > 0 || S.combine) continue;
+    const int h = S.inputs[0];
+    if (!plain_matmul(g, h) || readers[h] != 1) continue;
+    const PNode& H = g.nodes[h];
+    const int64_t dim = S.attrs.dim;
+    if (dim != 0 && dim != 1) continue;
+    const int x = H.inputs[0], t = H.inputs[1];
+    std::vector<PNode> repl;
+    // T = W^T (nn.Linear's layout): sum W over its rows instead, a reduction over the outer dim
+    // that streams W's rows contiguously, then transpose the [1, k] result (a vector: free).
+    const PNode& T = g.nodes[t];
+    const bool perm_swap = T.attrs.perm == std::vector<int>{1, 0};  // normalized by the builder
+    if (dim == 1 && T.kind == OpKind::Transpose && T.split == 0 && T.shape.size() == 2 &&
+        perm_swap && readers[t] == 1) {
+      const int w = T.inputs[0];
+      PNode red;
+      red.kind = OpKind::Sum;
+      red.attrs.dim = 0;
+      red.attrs.keepdim = true;
+      red.inputs = {w};
+      red.shape = {1, g.nodes[w].shape[1]};
+      red.dtype = DType::F32;
+      red.name = S.name + "_operand_sum";
+      repl.push_back(red);
+      PNode tr;
+      tr.kind = OpKind::Transpose;
+      tr.attrs.perm = {1, 0};
+      tr.inputs = {new_ref(0)};
+      tr.shape = {g.nodes[w].shape[1], 1};
+      tr.dtype = DType::F32;
+      tr.name = S.name + "_operand_sum_t";
+      repl.push_back(tr);
+      repl.push_back(matmul_node(x, new_ref(1), Shape{H.shape[0], 1}, S.dtype, S.name));
+      if (!S.attrs.keepdim) {
+        repl.back().name = S.name + "_kept";
+        PNode sq;
+        sq.kind = OpKind::Sum;
+        sq.attrs.dim = 1;
+        sq.attrs.keepdim = false;
+        sq.inputs = {new_ref(2)};
+        sq.shape = S.shape;
+        sq.dtype = S.dtype;
+        sq.name = S.name;
+        repl.push_back(sq);
+      }
+      out.push_back(replace_node(g, static_cast<int>(si), std::move(repl),
+                                 fmt::format("sum {} through matmul {} (rows of {})", S.name,
+                                             H.name, g.nodes[w].name)));
+      continue;
+    }
+    PNode red;  // the operand, reduced over the summed dim, kept as a [k, 1] / [1, k] matrix
+    red.kind = OpKind::Sum;
+    red.attrs.dim = dim;
+    red.attrs.keepdim = true;
+    red.inputs = {dim == 1 ? t : x};
+    const Shape& os = g.nodes[red.inputs[0]].shape;
+    red.shape = dim == 1 ? Shape{os[0], 1} : Shape{1, os[1]};
+    red.dtype = DType::F32;  // a sum of up to the whole dim: float32, like any accumulation
+    red.name = S.name + "_operand_sum";
+    repl.push_back(red);
+    const Shape mm_shape = dim == 1 ? Shape{H.shape[0], 1} : Shape{1, H.shape[1]};
+    repl.push_back(dim == 1 ? matmul_node(x, new_ref(0), mm_shape, S.dtype, S.name)
+                            : matmul_node(new_ref(0), t, mm_shape, S.dtype, S.name));
+    if (!S.attrs.keepdim) {  // drop the kept dim: a sum over one element
+      repl.back().name = S.name + "_kept";
+      PNode sq;
+      sq.kind = OpKind::Sum;
+      sq.attrs.dim = dim;
+      sq.attrs.keepdim = false;
+      sq.inputs = {new_ref(1)};
+      sq.shape = S.shape;
+      sq.dtype = S.dtype;
+      sq.name = S.name;
+      repl.push_back(sq);
+    }
+    out.push_back(replace_node(g, static_cast<int>(si), std::move(repl),
+                               fmt::format("sum {} through matmul {}", S.name, H.name)));
+  }
+  return out;
+}
+
 // Splits every reduction over `label` into `parts` partials plus a combine.
 PGraph split(const PGraph& g, int label, int64_t parts) {
   PGraph s;
@@ -412,7 +619,28 @@ PGraph split(const PGraph& g, int label, int64_t parts) {
 
 }  // namespace
 
-std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt) {
+namespace {
+// Hoisting subsets and splits of one base graph (enumerate_variants).
+std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions& opt);
+}  // namespace
+
+std::vector<PGraph> enumerate_variants(const PGraph& base0, const VariantOptions& opt) {
+  // The algebraic rewrites first: each site once, alone (a rewritten graph is a new base).
+  std::vector<PGraph> bases{base0};
+  if (opt.algebra) {
+    for (PGraph& r : reassociations(base0)) bases.push_back(std::move(r));
+    for (PGraph& r : reductions_through_matmuls(base0)) bases.push_back(std::move(r));
+  }
+  std::vector<PGraph> out;
+  for (const PGraph& b : bases) {
+    std::vector<PGraph> v = enumerate_rewrites(b, opt);
+    for (PGraph& x : v) out.push_back(std::move(x));
+  }
+  return out;
+}
+
+namespace {
+std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions& opt) {
   // Hoisting subsets, applied one site at a time in node order (sites re-found after each).
   std::vector<PGraph> hoisted{base};
   if (opt.hoist_scales) {
@@ -449,6 +677,7 @@ std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions&
   }
   return out;
 }
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Partitions.

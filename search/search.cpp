@@ -53,6 +53,7 @@ nlohmann::json SearchConfig::to_json() const {
           {"max_kernels", max_kernels},
           {"max_block_ops", max_block_ops},
           {"beam", beam},
+          {"algebra", variants.algebra},
           {"hoist_scales", variants.hoist_scales},
           {"split", variants.split},
           {"max_split", variants.max_split},

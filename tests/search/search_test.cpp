@@ -286,3 +286,56 @@ TEST(Search, AnUnboundedVerdictNeedsTheFloatCheck) {
 
 }  // namespace
 }  // namespace kiln::search
+
+namespace kiln::search {
+namespace {
+
+// The algebraic variants (generator.cpp: reassociation, sums through matmuls) lead to candidates
+// the verifier proves equivalent to the spec as written, and the cost model prefers them where
+// they save the work: X (A B) with a rank-4 product runs as (X A) B.
+TEST(Search, AlgebraicRewritesAreProvenAndChosenWhereCheaper) {
+  const KernelGraph lowrank = parse_spec(R"({"name": "lowrank", "inputs": [
+      {"name": "X", "shape": [16, 1024], "dtype": "f16"},
+      {"name": "A", "shape": [1024, 4], "dtype": "f16"},
+      {"name": "B", "shape": [4, 1024], "dtype": "f16"}],
+    "nodes": [{"name": "AB", "op": "matmul", "inputs": ["A", "B"]},
+              {"name": "Y", "op": "matmul", "inputs": ["X", "AB"]}], "outputs": ["Y"]})");
+  const KernelGraph linear_mean = parse_spec(R"({"name": "linear_mean", "inputs": [
+      {"name": "X", "shape": [64, 256], "dtype": "bf16"},
+      {"name": "W", "shape": [256, 256], "dtype": "bf16"}],
+    "nodes": [{"name": "Wt", "op": "transpose", "inputs": ["W"]},
+              {"name": "H", "op": "matmul", "inputs": ["X", "Wt"]},
+              {"name": "Y", "op": "mean", "inputs": ["H"], "attrs": {"dim": -1, "keepdim": false}}],
+    "outputs": ["Y"]})");
+  SearchConfig cfg = small_config();
+  cfg.top_k = 64;
+  for (const auto& [spec, rule] :
+       {std::pair{&lowrank, "reassociate"}, std::pair{&linear_mean, "through matmul"}}) {
+    SCOPED_TRACE(spec->name);
+    SearchResult r = run_search(*spec, cfg);
+    ASSERT_FALSE(r.ranked.empty());
+    int rewritten = 0;
+    for (const Candidate& c : r.ranked) {
+      EXPECT_TRUE(c.verified) << c.verdict;
+      for (const std::string& w : c.rewrites) rewritten += w.find(rule) != std::string::npos;
+    }
+    EXPECT_GT(rewritten, 0) << "no ranked candidate came from the rewrite";
+    if (spec == &lowrank) {
+      bool best = false;
+      for (const std::string& w : r.best().rewrites) best |= w.find(rule) != std::string::npos;
+      EXPECT_TRUE(best) << "the cheaper association did not win";
+    }
+  }
+  // Equal work either way: no reassociation variant.
+  const KernelGraph square = parse_spec(R"({"name": "sq", "inputs": [
+      {"name": "X", "shape": [32, 32], "dtype": "f16"}, {"name": "A", "shape": [32, 32], "dtype": "f16"},
+      {"name": "B", "shape": [32, 32], "dtype": "f16"}],
+    "nodes": [{"name": "AB", "op": "matmul", "inputs": ["A", "B"]},
+              {"name": "Y", "op": "matmul", "inputs": ["X", "AB"]}], "outputs": ["Y"]})");
+  for (const PGraph& v : enumerate_variants(expand_spec(square), {}))
+    for (const std::string& w : v.rewrites)
+      EXPECT_EQ(w.find("reassociate"), std::string::npos) << w;
+}
+
+}  // namespace
+}  // namespace kiln::search

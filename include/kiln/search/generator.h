@@ -80,13 +80,17 @@ PGraph expand_spec(const KernelGraph& spec);
 void assign_labels(PGraph& g);
 
 struct VariantOptions {
+  // Algebraic rewrites of the kernel graph, each site alone: matmul associativity where it saves
+  // multiply-adds, sums over a matmul's output dim moved onto its operand (generator.cpp).
+  bool algebra = true;
   bool hoist_scales = true;
   bool split = true;
   int max_split = 64;           // largest S
   int64_t min_split_tile = 16;  // a split leaves at least this many elements per part
 };
-// Every variant of a spec's primitive graph: each subset of the hoisting rewrites, each with no
-// split or one split of a reduced label that is not ambiguous. The first is the plain expansion.
+// Every variant of a spec's primitive graph: the plain expansion and each algebraic rewrite of
+// it, then for each of those every subset of the hoisting rewrites, each with no split or one
+// split of a reduced label that is not ambiguous. The first is the plain expansion.
 std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
 
 // A partition: groups of non-constant node ids, each a contiguous segment of `order`.
