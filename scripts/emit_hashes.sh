@@ -15,9 +15,13 @@ UPDATE=${2:-}
 LIST="$ROOT/tests/data/emitted.sha256"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+KILN=$(cd "$(dirname "$KILN")" && pwd)/$(basename "$KILN")
+# From the repository root with relative paths: the files name their source, which must not
+# depend on where the checkout is.
+cd "$ROOT"
 for target in sm_90a sm_80; do
   mkdir -p "$TMP/$target"
-  for f in "$ROOT"/examples/*.json; do
+  for f in examples/*.json; do
     name=$(basename "$f" .json)
     if ! "$KILN" emit "$f" --target "$target" -o "$TMP/$target/$name.cu" >/dev/null 2>"$TMP/err"; then
       echo "emit_hashes: kiln emit failed on $f ($target):" >&2
