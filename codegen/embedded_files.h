@@ -1,5 +1,5 @@
-// The device headers carried inside the binary: the text of runtime/*.cuh, codegen/kiln_cg.cuh and
-// codegen/kiln_rng.h, written into a generated source at build time by cmake/embed_files.cmake
+// The device headers carried inside the binary: the text of runtime/*.cuh, runtime/cg/kiln_cg.cuh
+// and runtime/harness/*, written into a generated source at build time by cmake/embed_files.cmake
 // (and regenerated whenever one of them changes). sources.cpp is the only reader.
 #pragma once
 

@@ -24,6 +24,10 @@ void emit_reference(const KernelGraph& spec, Code& out);
 }  // namespace kiln::cgen
 
 namespace kiln {
-// Text of codegen/kiln_rng.h (the seeded generator), for the harness.
+// Text of runtime/harness/kiln_rng.h (the seeded generator), for the harness.
 const std::string& rng_text();
+// The harness's fixed device and host code (runtime/harness/harness_runtime.cuh) and its main()
+// (runtime/harness/harness_main.cuh).
+const std::string& harness_runtime_text();
+const std::string& harness_main_text();
 }  // namespace kiln

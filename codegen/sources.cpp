@@ -1,9 +1,10 @@
 // The device headers that emitted files inline, from the copies embedded in the binary.
 //
 // The runtime (runtime/*.cuh, in the order runtime/kiln_runtime.cuh includes them), the codegen
-// device library (codegen/kiln_cg.cuh) and the harness's generator (codegen/kiln_rng.h) are
-// embedded at build time (embedded_files.h), so `kiln` emits the same text from any directory,
-// copied to any machine, with no source tree. The environment does not change what is emitted.
+// device library (runtime/cg/kiln_cg.cuh) and the harness's device code (runtime/harness/: the
+// generator kiln_rng.h, harness_runtime.cuh, harness_main.cuh) are embedded at build time
+// (embedded_files.h), so `kiln` emits the same text from any directory, copied to any machine, with
+// no source tree. The environment does not change what is emitted.
 #include <regex>
 #include <string_view>
 
@@ -29,7 +30,17 @@ std::string embedded(std::string_view rel) {
 }  // namespace
 
 const std::string& rng_text() {
-  static const std::string text = embedded("codegen/kiln_rng.h");
+  static const std::string text = embedded("runtime/harness/kiln_rng.h");
+  return text;
+}
+
+const std::string& harness_runtime_text() {
+  static const std::string text = embedded("runtime/harness/harness_runtime.cuh");
+  return text;
+}
+
+const std::string& harness_main_text() {
+  static const std::string text = embedded("runtime/harness/harness_main.cuh");
   return text;
 }
 
@@ -45,8 +56,8 @@ const std::string& device_library_text() {
       out += embedded("runtime/" + name);
       out += "\n";
     }
-    out += "// ---- codegen/kiln_cg.cuh " + std::string(60, '-') + "\n";
-    out += embedded("codegen/kiln_cg.cuh");
+    out += "// ---- runtime/cg/kiln_cg.cuh " + std::string(60, '-') + "\n";
+    out += embedded("runtime/cg/kiln_cg.cuh");
     return out;
   }();
   return text;

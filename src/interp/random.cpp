@@ -22,7 +22,7 @@ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Irwin-Hall normal value (codegen/kiln_rng.h's kiln_rng_normal, docs/interpreter.md).
+// Irwin-Hall normal value (runtime/harness/kiln_rng.h's kiln_rng_normal, docs/interpreter.md).
 float normal_value(uint64_t stream, uint64_t e, float sd) {
   const uint64_t ns = mix64(stream ^ 0x6e6f726d616cull);
   int32_t s = 0;

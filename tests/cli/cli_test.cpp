@@ -411,7 +411,7 @@ TEST(Cli, EmitNeedsNoSourceTree) {
   // Exactly the tree's headers, verbatim.
   std::string rt = slurp(std::string(KILN_SOURCE_DIR) + "/runtime/gemm.cuh");
   EXPECT_NE(a.find(rt), std::string::npos);
-  EXPECT_NE(ha.find(slurp(std::string(KILN_SOURCE_DIR) + "/codegen/kiln_rng.h")),
+  EXPECT_NE(ha.find(slurp(std::string(KILN_SOURCE_DIR) + "/runtime/harness/kiln_rng.h")),
             std::string::npos);
 }
 

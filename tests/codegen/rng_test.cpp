@@ -1,4 +1,4 @@
-// The harness's generator (codegen/kiln_rng.h, inlined into every harness) is the documented
+// The harness's generator (runtime/harness/kiln_rng.h, inlined into every harness) is the documented
 // one: rounded to each dtype it gives exactly kiln::random_tensor's values, for the uniform and
 // for the normal variant (the range rule's std-1 inputs), whose samples are normal enough.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../../codegen/kiln_rng.h"
+#include "../../runtime/harness/kiln_rng.h"
 #include "kiln/interp/interp.h"
 
 namespace kiln {

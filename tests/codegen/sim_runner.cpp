@@ -106,7 +106,7 @@ SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inp
   std::ofstream(d / "sim.cpp") << simulator_source(cu, g);
   std::string src = KILN_SOURCE_DIR;
   std::string cmd = fmt::format(
-      "cd '{}' && g++ -std=c++20 -O1 -w -I'{}/codegen' -I'{}/tests/codegen/sim' sim.cpp -o sim "
+      "cd '{}' && g++ -std=c++20 -O1 -w -I'{}/runtime/cg' -I'{}/tests/codegen/sim' sim.cpp -o sim "
       "> compile.log 2>&1",
       d.string(), src, src);
   if (std::system(cmd.c_str()) != 0) {

@@ -2,7 +2,7 @@
 // without a GPU. Each CUDA thread of a block is a fiber (ucontext) on one OS thread; the fibers of
 // a block run in a shuffled order and switch only at barriers, which makes a missing barrier show
 // up as a read of data that is not there yet. The device primitives the emitted code and
-// codegen/kiln_cg.cuh use are emulated to the letter of the PTX ISA:
+// runtime/cg/kiln_cg.cuh use are emulated to the letter of the PTX ISA:
 //   - cp.async copies land when a cp.async.wait_group retires their group, not before;
 //   - ldmatrix (x2/x4, .trans) and mma.sync.m16n8k16 exchange fragments across the 32 lanes
 //     with the documented lane layouts;
