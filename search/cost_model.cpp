@@ -203,8 +203,10 @@ KernelCost attention_cost(const KernelOp& op, const KernelPlan& kp, const Target
 KernelCost graph_defined_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan,
                               const KernelPlan* kp = nullptr) {
   const CostConstants& k = cost_constants(t.arch);
-  if (auto cp = match_contraction(*op.block, t))
-    return contraction_cost(op.name, *cp, op.block->inputs, t);
+  // A lowered kernel is costed from the plan the planner made for it (nothing is matched again
+  // here); otherwise the generic block-graph kernel.
+  if (kp && kp->contraction)
+    return contraction_cost(op.name, *kp->contraction, op.block->inputs, t);
   if (kp && kp->attention) return attention_cost(op, *kp, t);
   // The kernel runs the planner's re-tiled loop when it has one (codegen/schedule.h).
   const BlockGraph& bg = plan && plan->retiled ? *plan->retiled : *op.block;

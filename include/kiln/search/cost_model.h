@@ -70,8 +70,9 @@ struct GraphCost {
   int launches = 0;
 };
 
-// One kernel; `block` is the emitter's plan of a graph-defined op (plan_schedule), or null to
-// plan it here.
+// One kernel; `block`, for a graph-defined op, costs it as the generic block-graph kernel under
+// that plan (no lowering considered); null plans the graph here (plan_schedule, lowerings
+// included) and costs what the emitter would emit.
 KernelCost kernel_cost(const KernelGraph& g, const KernelOp& op, const Target& t,
                        const BlockSchedule* block = nullptr);
 GraphCost estimate_cost(const KernelGraph& g, const Target& t);
