@@ -345,4 +345,66 @@ KernelGraph store_exact_intermediates(const KernelGraph& g) {
   return std::move(kb).finish();
 }
 
+KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
+  for (const KernelOp& op : g.ops)
+    if (op.kind == OpKind::GraphDefined) return g;
+  const int nt = static_cast<int>(g.tensors.size());
+  std::vector<int> producer(nt, -1);
+  for (size_t i = 0; i < g.ops.size(); ++i) producer[g.ops[i].outputs[0]] = static_cast<int>(i);
+  auto made_by = [&](int t, OpKind k) { return producer[t] >= 0 && g.ops[producer[t]].kind == k; };
+  // unbounded[t]: t's range is not bounded for std-1 inputs (the spec format's range rule).
+  std::vector<bool> unbounded(nt, false), is_output(nt, false);
+  for (int o : g.outputs) is_output[o] = true;
+  for (const KernelOp& op : g.ops) {
+    const int t = op.outputs[0];
+    bool u = false;
+    for (int in : op.inputs) u = u || unbounded[in];
+    if (op.kind == OpKind::Exp) {
+      // exp(a - max(a)) is in (0, 1]; any other exponent may be large (Q K^T at std 1: e^40).
+      const int x = op.inputs[0];
+      const bool shifted =
+          made_by(x, OpKind::Sub) && made_by(g.ops[producer[x]].inputs[1], OpKind::Max) &&
+          g.ops[producer[g.ops[producer[x]].inputs[1]]].inputs[0] == g.ops[producer[x]].inputs[0];
+      u = !shifted;
+    } else if (op.kind == OpKind::Div && op.inputs.size() == 2 &&
+               made_by(op.inputs[1], OpKind::Sum) &&
+               g.ops[producer[op.inputs[1]]].inputs[0] == op.inputs[0]) {
+      u = false;  // e / sum(e): normalized, in [0, 1] for e >= 0
+    } else if (op.kind == OpKind::Log || op.kind == OpKind::Softmax || op.kind == OpKind::RmsNorm ||
+               op.kind == OpKind::Tanh || op.kind == OpKind::Sigmoid) {
+      u = false;  // bounded (or logarithmic) whatever the input
+    }
+    unbounded[t] = u;
+  }
+  auto widened = [&](int t) { return unbounded[t] && g.tensor(t).dtype != DType::F32; };
+  bool change = false;
+  for (int t = 0; t < nt; ++t) change |= widened(t) && producer[t] >= 0;
+  if (!change) return g;
+
+  std::set<std::string> names;
+  for (const TensorDesc& t : g.tensors) names.insert(t.name);
+  KernelGraphBuilder kb(g.name, g.doc, g.arch);
+  std::vector<int> id(nt, -1), wide_id(nt, -1);  // wide_id: the value its readers read
+  for (int t : g.inputs)
+    id[t] = wide_id[t] = kb.input(g.tensor(t).name, g.tensor(t).shape, g.tensor(t).dtype);
+  for (const KernelOp& op : g.ops) {
+    const int t = op.outputs[0];
+    std::vector<int> ins;
+    for (int in : op.inputs) ins.push_back(wide_id[in]);
+    if (widened(t) && !is_output[t]) {
+      id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, DType::F32);
+      continue;
+    }
+    id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, g.tensor(t).dtype);
+    if (widened(t)) {  // a 16-bit output that others read: they read an f32 twin
+      std::string twin = op.name + "_f32";
+      while (names.count(twin)) twin += "_";
+      names.insert(twin);
+      wide_id[t] = kb.op(op.kind, ins, op.attrs, twin, DType::F32);
+    }
+  }
+  for (int o : g.outputs) kb.output(id[o]);
+  return std::move(kb).finish();
+}
+
 }  // namespace kiln

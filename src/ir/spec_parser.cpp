@@ -500,8 +500,9 @@ class SpecReader {
 KernelGraph parse_spec(std::string_view text, const std::string& file) {
   try {
     json root = parse_json_text(text, file);
-    // Intermediates that f32 outputs depend on are stored in f32 (the spec's values are exact).
-    return store_exact_intermediates(SpecReader(root).read());
+    // Intermediates that f32 outputs depend on are stored in f32 (the spec's values are exact),
+    // and those whose range is unbounded (the range rule) too.
+    return store_unbounded_intermediates(store_exact_intermediates(SpecReader(root).read()));
   } catch (UserError& e) {
     e.with_file(file);
     throw;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
 #include "kiln/ir/kernel_graph.h"
 
 namespace kiln {
@@ -247,6 +248,45 @@ TEST(StoreExactIntermediates, IsLinearOnLongChains) {
   KernelGraph e = store_exact_intermediates(std::move(b).finish());
   EXPECT_EQ(dtype_of(e, "n99999"), DType::F32);
   EXPECT_EQ(dtype_of(e, "X"), DType::F16);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The range rule: exp of an unbounded exponent and what is computed from it are stored in f32 up
+// to the normalization; a max-subtracted exponent, the normalized probabilities and the outputs
+// keep their 16-bit dtypes; an unbounded 16-bit output that others read gets an f32 twin.
+TEST(KernelGraph, UnboundedIntermediatesAreStoredInF32) {
+  const KernelGraph g = parse_spec(R"({"name": "att", "inputs": [
+      {"name": "Q", "shape": [2, 8, 16], "dtype": "f16"}, {"name": "K", "shape": [2, 16, 32], "dtype": "f16"},
+      {"name": "V", "shape": [2, 32, 16], "dtype": "f16"}],
+    "nodes": [{"name": "S", "op": "matmul", "inputs": ["Q", "K"]},
+              {"name": "P", "op": "exp", "inputs": ["S"]},
+              {"name": "L", "op": "sum", "inputs": ["P"], "attrs": {"dim": -1}},
+              {"name": "A", "op": "div", "inputs": ["P", "L"]},
+              {"name": "O", "op": "matmul", "inputs": ["A", "V"]},
+              {"name": "M", "op": "max", "inputs": ["S"], "attrs": {"dim": -1}},
+              {"name": "D", "op": "sub", "inputs": ["S", "M"]},
+              {"name": "E", "op": "exp", "inputs": ["D"]},
+              {"name": "Z", "op": "sum", "inputs": ["E"], "attrs": {"dim": -1}},
+              {"name": "X", "op": "exp", "inputs": ["Q"]},
+              {"name": "X2", "op": "mul", "inputs": ["X", "X"]}],
+    "outputs": ["O", "Z", "X", "X2"]})");
+  EXPECT_EQ(dtype_of(g, "S"), DType::F16);  // a matmul of std-1 data is bounded
+  EXPECT_EQ(dtype_of(g, "P"), DType::F32);
+  EXPECT_EQ(dtype_of(g, "L"), DType::F32);
+  EXPECT_EQ(dtype_of(g, "A"), DType::F16);  // P / sum(P): in [0, 1]
+  EXPECT_EQ(dtype_of(g, "E"), DType::F16);  // exp(S - max(S)) <= 1
+  EXPECT_EQ(dtype_of(g, "Z"), DType::F16);  // an output keeps its dtype
+  EXPECT_EQ(dtype_of(g, "X"), DType::F16);
+  EXPECT_EQ(dtype_of(g, "X_f32"), DType::F32);  // what X2 reads
+  const int x2 = g.find_tensor("X2");
+  ASSERT_GE(g.producer(x2), 0);
+  EXPECT_EQ(g.ops[g.producer(x2)].inputs[0], g.find_tensor("X_f32"));
+  for (size_t i = 0; i < g.outputs.size(); ++i) EXPECT_EQ(g.tensor(g.outputs[i]).dtype, DType::F16);
 }
 
 }  // namespace

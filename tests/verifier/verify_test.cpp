@@ -502,6 +502,9 @@ TEST(FloatCheck, StdOneInputsAndSixteenBitStorage) {
       {"name": "t", "op": "sum", "inputs": ["e"], "attrs": {"dim": 1}},
       {"name": "O", "op": "div", "inputs": ["e", "t"]})",
                            R"("O")");
+  // The parser keeps e and t in f32 (the range rule, store_unbounded_intermediates); a μGraph
+  // may store them in f16, which is what this candidate does.
+  for (const char* n : {"e", "t"}) naive.tensors[naive.find_tensor(n)].dtype = DType::F16;
   FloatCheckOptions gpu;
   gpu.candidate_f32 = true;
   FloatCheck fc = float_check(sm, naive, 2, gpu);
@@ -582,6 +585,19 @@ TEST(FloatCheck, SampledRowsFitTheMemoryLimitOrTheCheckIsSkipped) {
   FloatCheck m = float_check(mm, mm, 5, opt);
   EXPECT_TRUE(m.ok && m.skipped) << m.summary();
   EXPECT_NE(m.memory.find("memory limit"), std::string::npos) << m.summary();
+}
+
+// The spec as its own candidate, evaluated as the GPU stores it (every tensor rounded to its
+// dtype): with the exponentials of unbounded scores stored in f32 (store_unbounded_intermediates,
+// at parse time) it passes on std-1 inputs, where f16 storage gave inf on every input.
+TEST(FloatCheck, TheSpecIsACorrectFallbackOnStdOneInputs) {
+  const KernelGraph spec =
+      load_graph_file(std::string(KILN_SOURCE_DIR) + "/tests/data/trust/rms_qk_attention.json");
+  FloatCheckOptions opt;
+  opt.candidate_f32 = true;
+  opt.rows = 4;
+  FloatCheck f = float_check(spec, spec, 7, opt);
+  EXPECT_TRUE(f.ok && !f.skipped) << f.summary();
 }
 
 }  // namespace

@@ -98,4 +98,14 @@ bool is_valid_name(std::string_view name);  // [A-Za-z_][A-Za-z0-9_]*
 // output are unchanged. g unchanged when no output is f32 or g has graph-defined ops.
 KernelGraph store_exact_intermediates(const KernelGraph& g);
 
+// The range rule of the spec format: an intermediate may be stored in 16 bits only where its
+// range is safe for std-1 inputs. Returns g (predefined ops only) with every intermediate whose
+// range is unbounded stored in f32: the result of an exp whose argument is not x - max(x) (or a
+// softmax), and what is computed from one, up to a normalization e / sum(e) (or a log, tanh,
+// sigmoid, softmax, rms_norm), which bounds it again; a 16-bit output of that kind gets an f32
+// twin for its readers. Output dtypes and the function are unchanged; the spec's own kernels are
+// then right on std-1 inputs (gqa's exp(Q K^T) reaches e^40), and the search starts from these
+// dtypes.
+KernelGraph store_unbounded_intermediates(const KernelGraph& g);
+
 }  // namespace kiln
