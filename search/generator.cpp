@@ -539,9 +539,9 @@ std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
         sq.name = S.name;
         repl.push_back(sq);
       }
-      out.push_back(replace_node(g, static_cast<int>(si), std::move(repl),
-                                 fmt::format("sum {} through matmul {} (rows of {})", S.name,
-                                             H.name, g.nodes[w].name)));
+      out.push_back(replace_node(
+          g, static_cast<int>(si), std::move(repl),
+          fmt::format("sum {} through matmul {} (rows of {})", S.name, H.name, g.nodes[w].name)));
       continue;
     }
     PNode red;  // the operand, reduced over the summed dim, kept as a [k, 1] / [1, k] matrix

@@ -1,6 +1,7 @@
-// The harness's generator (runtime/harness/kiln_rng.h, inlined into every harness) is the documented
-// one: rounded to each dtype it gives exactly kiln::random_tensor's values, for the uniform and
-// for the normal variant (the range rule's std-1 inputs), whose samples are normal enough.
+// The harness's generator (runtime/harness/kiln_rng.h, inlined into every harness) is the
+// documented one: rounded to each dtype it gives exactly kiln::random_tensor's values, for the
+// uniform and for the normal variant (the range rule's std-1 inputs), whose samples are normal
+// enough.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -119,7 +119,8 @@ SimCheck simulate_check(const KernelGraph& spec, uint64_t seed, double sd, const
   std::ofstream(d / "ref.cpp") << src;
   std::string root = KILN_SOURCE_DIR;
   std::string cmd = fmt::format(
-      "cd '{}' && g++ -std=c++20 -O1 -w -I'{}/runtime/cg' -I'{}/tests/codegen/sim' ref.cpp -o ref > "
+      "cd '{}' && g++ -std=c++20 -O1 -w -I'{}/runtime/cg' -I'{}/tests/codegen/sim' ref.cpp -o ref "
+      "> "
       "compile.log 2>&1 && ./ref > run.log 2>&1",
       d.string(), root, root);
   if (std::system(cmd.c_str()) != 0) {
