@@ -55,9 +55,9 @@ std::vector<fs::path> example_files() {
 TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
   // examples/ also holds reference μGraphs (*.mugraph.json); those are the codec's to test.
   std::vector<fs::path> files = example_files();
-  // 3 rmsnorm_linear + 4 gated_mlp + 3 gqa + lora + 4 add_rmsnorm + 12 skinny_gemm + default
-  // (the benchmark suite, all f16) + activations (Kiln's extension ops, bf16 and f32).
-  EXPECT_EQ(files.size(), 29u);
+  // 3 rmsnorm_linear + 4 gated_mlp + 3 gqa + lora + 4 add_rmsnorm + 12 skinny_gemm + default +
+  // 3 double_norm (the benchmark suite, all f16) + activations (Kiln's extension ops, bf16, f32).
+  EXPECT_EQ(files.size(), 32u);
   for (const fs::path& f : files) {
     SCOPED_TRACE(f.string());
     KernelGraph g = parse_spec_file(f.string());
@@ -118,6 +118,13 @@ TEST(SpecParser, ExamplesHaveTheBenchmarkShapes) {
     EXPECT_EQ(output_shapes(g), (Shapes{{n, 16384}, {n, 16384}}));
     EXPECT_EQ(g.tensor(g.outputs[1]).name, "H");
     EXPECT_EQ(op_named(g, "Y").inputs.size(), 2u);
+  }
+
+  for (int n : {1, 16, 128}) {
+    KernelGraph g = load(n == 1 ? "double_norm" : "double_norm_n" + std::to_string(n));
+    EXPECT_EQ(output_shapes(g), (Shapes{{n, 8192}}));
+    EXPECT_EQ(op_named(g, "N1").kind, OpKind::RmsNorm);
+    EXPECT_EQ(op_named(g, "O").kind, OpKind::RmsNorm);
   }
 
   EXPECT_EQ(output_shapes(load("skinny_gemm")), (Shapes{{1, 2304}}));
