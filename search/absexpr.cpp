@@ -261,17 +261,14 @@ AbsExpr abstract_op(OpKind kind, const Attrs& attrs, const std::vector<AbsExpr>&
         "{}: no extent for dim {} of operand {}", info.name, dim, operand);
     return shapes[operand][dim];
   };
-  // Elementwise ops: the table's abstract expressions (kiln/ir/elementwise.h).
-  if (info.cls == OpClass::Unary)
-    return with_unary(
-        kind, [&](auto t) { return Elementwise<decltype(t)::value>::abstract(attrs, x[0]); });
-  if (info.cls == OpClass::Binary)
-    return with_binary(
-        kind, [&](auto t) { return Elementwise<decltype(t)::value>::abstract(attrs, x[0], x[1]); });
   switch (info.cls) {
-    case OpClass::Unary:
+    case OpClass::Unary:  // elementwise: the table's abstract expressions (kiln/ir/elementwise.h)
+      return with_unary(
+          kind, [&](auto t) { return Elementwise<decltype(t)::value>::abstract(attrs, x[0]); });
     case OpClass::Binary:
-      break;  // above
+      return with_binary(kind, [&](auto t) {
+        return Elementwise<decltype(t)::value>::abstract(attrs, x[0], x[1]);
+      });
     case OpClass::Matmul:
       return E::sum(shapes.at(0).back(), E::mul(x[0], x[1]));
     case OpClass::Transpose:

@@ -465,22 +465,10 @@ std::vector<PGraph> reassociations(const PGraph& g) {
                               : matmul_node(a, b, {int64_t(k), int64_t(n)}, DType::F32, mid);
       PNode second = side == 1 ? matmul_node(new_ref(0), b, Y.shape, Y.dtype, Y.name)
                                : matmul_node(x, new_ref(0), Y.shape, Y.dtype, Y.name);
-      // `first` replaces J's slot only if its operands exist there; else it goes at Y.
-      const int at = std::max({x, a, b}) < j ? j : y;
-      if (at == j) {
-        // J's slot holds `first`; Y is replaced by `second` reading it there.
-        PGraph g2 = g;
-        g2.nodes[j] = first;
-        PNode y2 = second;
-        y2.inputs = side == 1 ? std::vector<int>{j, b} : std::vector<int>{x, j};
-        out.push_back(replace_node(
-            g2, y, {y2},
-            fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
-      } else {
-        out.push_back(replace_node(
-            g, y, {first, second},
-            fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
-      }
+      // Both go at Y (every operand precedes it); J, read by Y alone, is left dead and dropped.
+      out.push_back(replace_node(
+          g, y, {first, second},
+          fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
     }
   }
   return out;
@@ -489,6 +477,18 @@ std::vector<PGraph> reassociations(const PGraph& g) {
 // A sum over the output dim of a matmul moves onto the operand that dim comes from:
 //   sum_n (X T)[m, n] = (X (sum_n T[:, n]))[m]      sum_m (X T)[m, n] = ((sum_m X[m, :]) T)[n]
 // so `mean(X W^T, -1)` (linear_mean) is one pass over W and a GEMV instead of a GEMM.
+PNode sum_node(int in, int64_t dim, bool keepdim, Shape shape, DType dt, std::string name) {
+  PNode n;
+  n.kind = OpKind::Sum;
+  n.attrs.dim = dim;
+  n.attrs.keepdim = keepdim;
+  n.inputs = {in};
+  n.shape = std::move(shape);
+  n.dtype = dt;
+  n.name = std::move(name);
+  return n;
+}
+
 std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
   std::vector<PGraph> out;
   const std::vector<int> readers = reader_counts(g);
@@ -501,76 +501,43 @@ std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
     const int64_t dim = S.attrs.dim;
     if (dim != 0 && dim != 1) continue;
     const int x = H.inputs[0], t = H.inputs[1];
-    std::vector<PNode> repl;
-    // T = W^T (nn.Linear's layout): sum W over its rows instead, a reduction over the outer dim
-    // that streams W's rows contiguously, then transpose the [1, k] result (a vector: free).
     const PNode& T = g.nodes[t];
-    const bool perm_swap = T.attrs.perm == std::vector<int>{1, 0};  // normalized by the builder
-    if (dim == 1 && T.kind == OpKind::Transpose && T.split == 0 && T.shape.size() == 2 &&
-        perm_swap && readers[t] == 1) {
+    // The operand, summed over the dim the sum runs over, as a [k, 1] / [1, k] matrix in float32
+    // (a sum of up to the whole dim, like any accumulation). For T = W^T (nn.Linear's layout) W's
+    // rows are summed instead (an outer-dim reduction that streams W's rows contiguously) and the
+    // [1, k] result transposed (a vector: free).
+    std::vector<PNode> repl;
+    const std::string sum_name = S.name + "_operand_sum";
+    std::string why = fmt::format("sum {} through matmul {}", S.name, H.name);
+    if (dim == 1 && T.kind == OpKind::Transpose && T.split == 0 &&
+        T.attrs.perm == std::vector<int>{1, 0} && readers[t] == 1) {
       const int w = T.inputs[0];
-      PNode red;
-      red.kind = OpKind::Sum;
-      red.attrs.dim = 0;
-      red.attrs.keepdim = true;
-      red.inputs = {w};
-      red.shape = {1, g.nodes[w].shape[1]};
-      red.dtype = DType::F32;
-      red.name = S.name + "_operand_sum";
-      repl.push_back(red);
+      const int64_t k = g.nodes[w].shape[1];
+      repl.push_back(sum_node(w, 0, true, {1, k}, DType::F32, sum_name));
       PNode tr;
       tr.kind = OpKind::Transpose;
       tr.attrs.perm = {1, 0};
       tr.inputs = {new_ref(0)};
-      tr.shape = {g.nodes[w].shape[1], 1};
+      tr.shape = {k, 1};
       tr.dtype = DType::F32;
-      tr.name = S.name + "_operand_sum_t";
+      tr.name = sum_name + "_t";
       repl.push_back(tr);
-      repl.push_back(matmul_node(x, new_ref(1), Shape{H.shape[0], 1}, S.dtype, S.name));
-      if (!S.attrs.keepdim) {
-        repl.back().name = S.name + "_kept";
-        PNode sq;
-        sq.kind = OpKind::Sum;
-        sq.attrs.dim = 1;
-        sq.attrs.keepdim = false;
-        sq.inputs = {new_ref(2)};
-        sq.shape = S.shape;
-        sq.dtype = S.dtype;
-        sq.name = S.name;
-        repl.push_back(sq);
-      }
-      out.push_back(replace_node(
-          g, static_cast<int>(si), std::move(repl),
-          fmt::format("sum {} through matmul {} (rows of {})", S.name, H.name, g.nodes[w].name)));
-      continue;
+      why += fmt::format(" (rows of {})", g.nodes[w].name);
+    } else {
+      const int in = dim == 1 ? t : x;
+      const Shape& os = g.nodes[in].shape;
+      repl.push_back(sum_node(in, dim, true, dim == 1 ? Shape{os[0], 1} : Shape{1, os[1]},
+                              DType::F32, sum_name));
     }
-    PNode red;  // the operand, reduced over the summed dim, kept as a [k, 1] / [1, k] matrix
-    red.kind = OpKind::Sum;
-    red.attrs.dim = dim;
-    red.attrs.keepdim = true;
-    red.inputs = {dim == 1 ? t : x};
-    const Shape& os = g.nodes[red.inputs[0]].shape;
-    red.shape = dim == 1 ? Shape{os[0], 1} : Shape{1, os[1]};
-    red.dtype = DType::F32;  // a sum of up to the whole dim: float32, like any accumulation
-    red.name = S.name + "_operand_sum";
-    repl.push_back(red);
-    const Shape mm_shape = dim == 1 ? Shape{H.shape[0], 1} : Shape{1, H.shape[1]};
-    repl.push_back(dim == 1 ? matmul_node(x, new_ref(0), mm_shape, S.dtype, S.name)
-                            : matmul_node(new_ref(0), t, mm_shape, S.dtype, S.name));
-    if (!S.attrs.keepdim) {  // drop the kept dim: a sum over one element
-      repl.back().name = S.name + "_kept";
-      PNode sq;
-      sq.kind = OpKind::Sum;
-      sq.attrs.dim = dim;
-      sq.attrs.keepdim = false;
-      sq.inputs = {new_ref(1)};
-      sq.shape = S.shape;
-      sq.dtype = S.dtype;
-      sq.name = S.name;
-      repl.push_back(sq);
-    }
-    out.push_back(replace_node(g, static_cast<int>(si), std::move(repl),
-                               fmt::format("sum {} through matmul {}", S.name, H.name)));
+    const int v = new_ref(static_cast<int>(repl.size()) - 1);
+    const Shape kept = dim == 1 ? Shape{H.shape[0], 1} : Shape{1, H.shape[1]};
+    const std::string mm_name = S.attrs.keepdim ? S.name : S.name + "_kept";
+    repl.push_back(dim == 1 ? matmul_node(x, v, kept, S.dtype, mm_name)
+                            : matmul_node(v, t, kept, S.dtype, mm_name));
+    if (!S.attrs.keepdim)  // drop the kept dim: a sum over one element
+      repl.push_back(sum_node(new_ref(static_cast<int>(repl.size()) - 1), dim, false, S.shape,
+                              S.dtype, S.name));
+    out.push_back(replace_node(g, static_cast<int>(si), std::move(repl), why));
   }
   return out;
 }

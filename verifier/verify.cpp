@@ -453,6 +453,20 @@ std::vector<HostTensor> make_inputs(const KernelGraph& g, uint64_t seed, const I
   return in;
 }
 
+// For each input of the candidate, the position of the same-named input of the spec
+// (check_compatible has made sure there is one).
+std::vector<size_t> spec_input_positions(const KernelGraph& spec, const KernelGraph& cand) {
+  std::vector<size_t> pos;
+  for (int t : cand.inputs) {
+    const int i = spec.find_tensor(cand.tensor(t).name);
+    pos.push_back(static_cast<size_t>(std::find(spec.inputs.begin(), spec.inputs.end(), i) -
+                                      spec.inputs.begin()));
+    KILN_ASSERT(pos.back() < spec.inputs.size(), "candidate input {} is not the spec's",
+                cand.tensor(t).name);
+  }
+  return pos;
+}
+
 // The rows of the spec's inputs that the sampled evaluations of spec and candidate read (both
 // are given the same input tensors), or empty when the check is not sampled.
 std::vector<std::vector<uint8_t>> sampled_input_rows(
@@ -460,13 +474,9 @@ std::vector<std::vector<uint8_t>> sampled_input_rows(
     const std::vector<std::vector<int64_t>>& rows) {
   std::vector<std::vector<uint8_t>> need = input_rows(spec, rows);
   const std::vector<std::vector<uint8_t>> nc = input_rows(cand, rows);
+  const std::vector<size_t> pos = spec_input_positions(spec, cand);
   for (size_t k = 0; k < cand.inputs.size(); ++k) {
-    const int i = spec.find_tensor(cand.tensor(cand.inputs[k]).name);
-    const size_t si = static_cast<size_t>(std::find(spec.inputs.begin(), spec.inputs.end(), i) -
-                                          spec.inputs.begin());
-    KILN_ASSERT(si < spec.inputs.size(), "candidate input {} is not the spec's",
-                cand.tensor(cand.inputs[k]).name);
-    std::vector<uint8_t>& m = need[si];
+    std::vector<uint8_t>& m = need[pos[k]];
     if (m.empty()) continue;  // every row already
     if (nc[k].empty()) {
       m.clear();
@@ -484,12 +494,7 @@ void check_sets(const KernelGraph& spec, const KernelGraph& cand, uint64_t seed,
       fc.sampled ? sampled_input_rows(spec, cand, rows) : std::vector<std::vector<uint8_t>>();
   // The candidate's inputs: the spec's tensors, moved into its order after the spec's evaluation
   // (a copy would commit every page of a sampled tensor).
-  std::vector<size_t> order;
-  for (int t : cand.inputs) {
-    const int i = spec.find_tensor(cand.tensor(t).name);
-    order.push_back(static_cast<size_t>(std::find(spec.inputs.begin(), spec.inputs.end(), i) -
-                                        spec.inputs.begin()));
-  }
+  const std::vector<size_t> order = spec_input_positions(spec, cand);
   for (const InputSet& set : sets) {
     std::vector<HostTensor> in_spec = make_inputs(spec, seed, set, fc.sampled ? &in_rows : nullptr);
     bool out_of_range = false;

@@ -294,117 +294,109 @@ KernelGraph KernelGraphBuilder::finish() && {
   return std::move(g_);
 }
 
-KernelGraph store_exact_intermediates(const KernelGraph& g) {
-  bool any32 = false;
-  for (int o : g.outputs) any32 |= g.tensor(o).dtype == DType::F32;
-  for (const KernelOp& op : g.ops) any32 &= op.kind != OpKind::GraphDefined;
-  if (!any32) return g;
-  const int nt = static_cast<int>(g.tensors.size());
-  // exact[t]: an f32 output depends on t's value.
-  std::vector<bool> exact(nt, false), is_output(nt, false), computed(nt, false);
-  for (const KernelOp& op : g.ops) computed[op.outputs[0]] = true;  // linear: no producer() scans
-  for (int o : g.outputs) {
-    is_output[o] = true;
-    if (g.tensor(o).dtype == DType::F32) exact[o] = true;
-  }
-  for (auto k = g.ops.rbegin(); k != g.ops.rend(); ++k)
-    if (exact[k->outputs[0]])
-      for (int in : k->inputs) exact[in] = true;
-  auto widened = [&](int t) { return exact[t] && g.tensor(t).dtype != DType::F32 && computed[t]; };
-  bool change = false;
-  for (int t = 0; t < nt; ++t) change |= widened(t);
-  if (!change) return g;
+namespace {
 
+// g rebuilt with the computed tensors flagged in `widen` stored in f32: an intermediate is
+// retyped; a flagged output keeps its dtype and gets an f32 twin (NAME_f32). An op whose output
+// is flagged in `reads_wide` reads the f32 form of its inputs, the others the stored one. Every
+// op states its dtype, so the spec rule (first input's dtype) cannot change an output's type.
+KernelGraph widen_storage(const KernelGraph& g, const std::vector<bool>& widen,
+                          const std::vector<bool>& reads_wide) {
+  const int nt = static_cast<int>(g.tensors.size());
+  std::vector<bool> is_output(nt, false);
+  for (int o : g.outputs) is_output[o] = true;
   std::set<std::string> names;
   for (const TensorDesc& t : g.tensors) names.insert(t.name);
   KernelGraphBuilder kb(g.name, g.doc, g.arch);
-  std::vector<int> id(nt, -1), exact_id(nt, -1);  // new ids; exact_id: the f32 value of t
+  std::vector<int> id(nt, -1), wide_id(nt, -1);  // new ids; wide_id: the f32 value of t
   for (int t : g.inputs)
-    id[t] = exact_id[t] = kb.input(g.tensor(t).name, g.tensor(t).shape, g.tensor(t).dtype);
+    id[t] = wide_id[t] = kb.input(g.tensor(t).name, g.tensor(t).shape, g.tensor(t).dtype);
   for (const KernelOp& op : g.ops) {
     const int t = op.outputs[0];
-    // Readers of an exact value read its f32 form; every op states its dtype, so the spec rule
-    // (first input's dtype) cannot change an output's type.
-    std::vector<int> ins, ins_exact;
-    for (int in : op.inputs) ins.push_back(id[in]), ins_exact.push_back(exact_id[in]);
-    const bool widen = widened(t);
-    if (widen && !is_output[t]) {
-      id[t] = exact_id[t] = kb.op(op.kind, ins_exact, op.attrs, op.name, DType::F32);
+    std::vector<int> ins;
+    for (int in : op.inputs) ins.push_back(reads_wide[t] ? wide_id[in] : id[in]);
+    if (widen[t] && !is_output[t]) {
+      id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, DType::F32);
       continue;
     }
-    id[t] = kb.op(op.kind, exact[t] ? ins_exact : ins, op.attrs, op.name, g.tensor(t).dtype);
-    exact_id[t] = id[t];
-    if (widen) {  // a 16-bit output that an f32 output reads: an f32 twin for the readers
+    id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, g.tensor(t).dtype);
+    if (widen[t]) {  // a 16-bit output that f32 readers read: an f32 twin for them
       std::string twin = op.name + "_f32";
       while (names.count(twin)) twin += "_";
       names.insert(twin);
-      exact_id[t] = kb.op(op.kind, ins_exact, op.attrs, twin, DType::F32);
+      std::vector<int> wide_ins;
+      for (int in : op.inputs) wide_ins.push_back(wide_id[in]);
+      wide_id[t] = kb.op(op.kind, wide_ins, op.attrs, twin, DType::F32);
     }
   }
   for (int o : g.outputs) kb.output(id[o]);
   return std::move(kb).finish();
 }
 
-KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
+bool has_graph_defined(const KernelGraph& g) {
   for (const KernelOp& op : g.ops)
-    if (op.kind == OpKind::GraphDefined) return g;
+    if (op.kind == OpKind::GraphDefined) return true;
+  return false;
+}
+
+}  // namespace
+
+KernelGraph store_exact_intermediates(const KernelGraph& g) {
+  bool any32 = false;
+  for (int o : g.outputs) any32 |= g.tensor(o).dtype == DType::F32;
+  if (!any32 || has_graph_defined(g)) return g;
+  const int nt = static_cast<int>(g.tensors.size());
+  // exact[t]: an f32 output depends on t's value.
+  std::vector<bool> exact(nt, false), widen(nt, false);
+  for (int o : g.outputs) exact[o] = g.tensor(o).dtype == DType::F32;
+  for (auto k = g.ops.rbegin(); k != g.ops.rend(); ++k)
+    if (exact[k->outputs[0]])
+      for (int in : k->inputs) exact[in] = true;
+  bool change = false;
+  for (const KernelOp& op : g.ops) {  // linear: no producer() scans
+    const int t = op.outputs[0];
+    widen[t] = exact[t] && g.tensor(t).dtype != DType::F32;
+    change |= widen[t];
+  }
+  return change ? widen_storage(g, widen, exact) : g;
+}
+
+KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
+  if (has_graph_defined(g)) return g;
   const int nt = static_cast<int>(g.tensors.size());
   std::vector<int> producer(nt, -1);
   for (size_t i = 0; i < g.ops.size(); ++i) producer[g.ops[i].outputs[0]] = static_cast<int>(i);
-  auto made_by = [&](int t, OpKind k) { return producer[t] >= 0 && g.ops[producer[t]].kind == k; };
+  auto op_of = [&](int t) -> const KernelOp* {
+    return producer[t] >= 0 ? &g.ops[producer[t]] : nullptr;
+  };
   // unbounded[t]: t's range is not bounded for std-1 inputs (the spec format's range rule).
-  std::vector<bool> unbounded(nt, false), is_output(nt, false);
-  for (int o : g.outputs) is_output[o] = true;
+  std::vector<bool> unbounded(nt, false), widen(nt, false);
+  bool change = false;
   for (const KernelOp& op : g.ops) {
     const int t = op.outputs[0];
     bool u = false;
     for (int in : op.inputs) u = u || unbounded[in];
     if (op.kind == OpKind::Exp) {
       // exp(a - max(a)) is in (0, 1]; any other exponent may be large (Q K^T at std 1: e^40).
-      const int x = op.inputs[0];
-      const bool shifted =
-          made_by(x, OpKind::Sub) && made_by(g.ops[producer[x]].inputs[1], OpKind::Max) &&
-          g.ops[producer[g.ops[producer[x]].inputs[1]]].inputs[0] == g.ops[producer[x]].inputs[0];
-      u = !shifted;
-    } else if (op.kind == OpKind::Div && op.inputs.size() == 2 &&
-               made_by(op.inputs[1], OpKind::Sum) &&
-               g.ops[producer[op.inputs[1]]].inputs[0] == op.inputs[0]) {
-      u = false;  // e / sum(e): normalized, in [0, 1] for e >= 0
+      const KernelOp* d = op_of(op.inputs[0]);
+      const KernelOp* m = d && d->kind == OpKind::Sub ? op_of(d->inputs[1]) : nullptr;
+      u = !(m && m->kind == OpKind::Max && m->inputs[0] == d->inputs[0]);
+    } else if (op.kind == OpKind::Div) {
+      // e / sum(e) with e = exp(...) >= 0 and the sum kept in place: in [0, 1].
+      const KernelOp* e = op_of(op.inputs[0]);
+      const KernelOp* z = op_of(op.inputs[1]);
+      if (e && e->kind == OpKind::Exp && z && z->kind == OpKind::Sum && z->attrs.keepdim &&
+          z->inputs[0] == op.inputs[0])
+        u = false;
     } else if (op.kind == OpKind::Log || op.kind == OpKind::Softmax || op.kind == OpKind::RmsNorm ||
                op.kind == OpKind::Tanh || op.kind == OpKind::Sigmoid) {
       u = false;  // bounded (or logarithmic) whatever the input
     }
     unbounded[t] = u;
+    widen[t] = u && g.tensor(t).dtype != DType::F32;
+    change |= widen[t];
   }
-  auto widened = [&](int t) { return unbounded[t] && g.tensor(t).dtype != DType::F32; };
-  bool change = false;
-  for (int t = 0; t < nt; ++t) change |= widened(t) && producer[t] >= 0;
-  if (!change) return g;
-
-  std::set<std::string> names;
-  for (const TensorDesc& t : g.tensors) names.insert(t.name);
-  KernelGraphBuilder kb(g.name, g.doc, g.arch);
-  std::vector<int> id(nt, -1), wide_id(nt, -1);  // wide_id: the value its readers read
-  for (int t : g.inputs)
-    id[t] = wide_id[t] = kb.input(g.tensor(t).name, g.tensor(t).shape, g.tensor(t).dtype);
-  for (const KernelOp& op : g.ops) {
-    const int t = op.outputs[0];
-    std::vector<int> ins;
-    for (int in : op.inputs) ins.push_back(wide_id[in]);
-    if (widened(t) && !is_output[t]) {
-      id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, DType::F32);
-      continue;
-    }
-    id[t] = wide_id[t] = kb.op(op.kind, ins, op.attrs, op.name, g.tensor(t).dtype);
-    if (widened(t)) {  // a 16-bit output that others read: they read an f32 twin
-      std::string twin = op.name + "_f32";
-      while (names.count(twin)) twin += "_";
-      names.insert(twin);
-      wide_id[t] = kb.op(op.kind, ins, op.attrs, twin, DType::F32);
-    }
-  }
-  for (int o : g.outputs) kb.output(id[o]);
-  return std::move(kb).finish();
+  return change ? widen_storage(g, widen, std::vector<bool>(nt, true)) : g;
 }
 
 }  // namespace kiln
