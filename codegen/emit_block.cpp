@@ -17,9 +17,6 @@ namespace kiln::cgen {
 
 namespace {
 
-int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 class BlockEmitter {
  public:

@@ -24,9 +24,6 @@ namespace cgen {
 
 namespace {
 
-int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 // ---- the float64 reference ------------------------------------------------------------------
 

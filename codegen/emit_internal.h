@@ -7,6 +7,47 @@
 
 namespace kiln::cgen {
 
+inline int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The emitter's state while it writes one kernel graph: each lowering's emit appends its kernel
+// (if any) to `kernels` and its launch to `launch`, the body of the extern "C" launch function.
+struct GraphCtx {
+  const KernelGraph& g;
+  const Schedule& s;
+  Code kernels;
+  Code launch;
+
+  bool is_const(int t) const {
+    int p = g.producer(t);
+    return p >= 0 && g.ops[p].kind == OpKind::Constant;
+  }
+  double const_value(int t) const { return g.ops[g.producer(t)].attrs.value; }
+  std::string ptr(int t) const { return fmt::format("t{}", t); }
+  const char* ty(int t) const { return ctype(g.tensor(t).dtype); }
+};
+
+// [outer, R, inner] view of a reduction over `dim` of shape x.
+struct RowView {
+  int64_t outer = 1, R = 1, inner = 1;
+};
+RowView row_view(const Shape& x, int dim);
+
+// Returns early from the launch function on a launch error.
+void launch_check(Code& c);
+
+// The kernel parameters `const T* p<j>` (and launch arguments) of op's non-constant inputs j;
+// constants are folded into the expressions instead. Returns the indices j it added.
+std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std::string>& params,
+                                std::vector<std::string>& args);
+
+// Loads V consecutive elements of each of op's non-constant inputs, at element offset `at` of
+// p<j>, into `float a<j>[V]`, and returns the per-element operand expressions for ew_expr (a<j>[q],
+// or the folded constant). V elements are 16 bytes of the inputs' dtype.
+std::vector<std::string> vector_operands(GraphCtx& x, const KernelOp& op, Code& c, int V,
+                                         const std::string& at);
+
 // Appends the __global__ kernel of a graph-defined op to `out`.
 void emit_block_kernel(const KernelGraph& g, const KernelOp& kop, const KernelPlan& kp, Code& out);
 

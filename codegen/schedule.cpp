@@ -1281,6 +1281,11 @@ BlockGraph with_loop_range(const BlockGraph& bg, int j, int64_t range, const Tar
 
 }  // namespace
 
+BlockSchedule plan_block_graph(const BlockGraph& bg, const Target& t, bool lossy_f16,
+                               bool lossy_bf16) {
+  return BlockPlanner(bg, t, lossy_f16, lossy_bf16).run();
+}
+
 std::shared_ptr<const BlockGraph> retile_loop(const BlockGraph& bg, const Target& t,
                                               int* loop_dim) {
   // One loop dim only: the innermost one of range > 1 that is exact (several k loops are rare).
@@ -1351,210 +1356,102 @@ std::shared_ptr<const BlockGraph> retile_loop(const BlockGraph& bg, const Target
   return best.g;
 }
 
-namespace {
-
 // ---- kernel level ---------------------------------------------------------------------------
 
-int64_t tensor_bytes(const TensorDesc& t) {
-  return numel(t.shape) * dtype_bytes(t.dtype);
-}
-
-}  // namespace
-
-// Op `producer` runs inside the kernel of op `consumer` (plan kp) as its prologue: it gets no
-// kernel, and its output tensor `t` is materialized only when `store` (an output, or read by a
-// later op).
-static void fuse_prologue(Schedule& s, int producer, int consumer, KernelPlan& kp, int t,
-                          bool store) {
-  KernelPlan& pp = s.kernels[producer];
-  pp.kind = Strategy::FusedInto;
-  pp.strategy = "fused into " + kp.kernel;
-  pp.fused_into = consumer;
-  pp.grid = 0;
-  pp.threads = 0;
-  kp.prologue_op = producer;
-  kp.prologue_stores = store;
-  if (!store) s.tensor_offset[t] = -1;
-}
-
-// A long-row rms_norm (a block per row) in 16-byte vectors, the row held in registers between
-// the sum of squares and the scaling: the scalar row loop loads 2 bytes per thread per step and
-// reads the row twice. When its input comes from a vector elementwise op (H = X + R) whose other
-// readers all run later, that op runs inside this kernel as a prologue: the row kernel loads X
-// and R, forms H (rounded to H's dtype, as the spec stores it), writes H if anything else needs
-// it, and normalizes it; H is not read back from memory and the elementwise kernel and its graph
-// node go. kp must already hold the plain "row per block" plan of op k; consumers[t] counts the
-// ops reading tensor t.
-static void plan_rms_rows(const KernelGraph& g, int k, KernelPlan& kp, Schedule& s,
-                          const std::vector<int>& consumers) {
-  const KernelOp& op = g.ops[k];
-  const TensorDesc& in = g.tensor(op.inputs[0]);
-  const TensorDesc& out = g.tensor(op.outputs[0]);
-  const int64_t R = in.shape.back();
-  const int V = 16 / dtype_bytes(in.dtype);
-  auto is_const = [&](int t) {
-    int p = g.producer(t);
-    return p >= 0 && g.ops[p].kind == OpKind::Constant;
-  };
-  if (in.dtype != out.dtype || R % V != 0) return;
-  if (op.inputs.size() == 2 && !is_const(op.inputs[1]) && g.tensor(op.inputs[1]).dtype != in.dtype)
-    return;
-  int threads = 256;
-  while (threads < 1024 && ceil_div(R / V, threads) > 4) threads *= 2;
-  if (ceil_div(R / V, threads) > 8) return;  // more than 64 floats of row per thread
-  kp.threads = threads;
-  kp.kind = Strategy::RowPerBlockVec;
-  kp.strategy = fmt::format("row per block v{}", V);
-  const int h = op.inputs[0];
-  const int p = g.producer(h);
-  if (p < 0 || s.kernels[p].kind != Strategy::ElementwiseVec) return;
-  for (int t : g.ops[p].inputs)
-    if (!is_const(t) && (g.tensor(t).dtype != in.dtype || g.tensor(t).shape != in.shape)) return;
-  for (int j = p + 1; j < k; ++j)  // a reader before this kernel would find H unwritten
-    if (std::find(g.ops[j].inputs.begin(), g.ops[j].inputs.end(), h) != g.ops[j].inputs.end())
-      return;
-  const bool store_h =
-      consumers[h] > 1 || std::find(g.outputs.begin(), g.outputs.end(), h) != g.outputs.end();
-  kp.strategy +=
-      store_h ? " (+ elementwise prologue, stores its output)" : " (+ elementwise prologue)";
-  fuse_prologue(s, p, k, kp, h, store_h);
-}
-
-namespace {
-
-// The runtime attention kernel's configuration for a matched chain, from H100 measurements
-// (tests/gpu/attention_bench.cu, gqa shapes): CTAs of 64 rows (a graph block of mt rows runs as
-// mt / 64 CTAs; more, smaller CTAs filled the SMs better than two row groups per CTA), 64-key
-// chunks, 4 stages. With at least one CTA per SM, one consumer warpgroup each and two CTAs per
-// SM where shared memory and the O accumulators (dv / 2 floats per thread) allow; with fewer
-// CTAs than SMs, two consumer warpgroups per CTA that split its chunks (a ring each), so that
-// each SM still runs two.
-void plan_attention(KernelPlan& kp, AttentionPlan a, const Target& t) {
-  int64_t blocks = 1;
-  for (int64_t e : a.grid) blocks *= e;
-  kp.grid = blocks * (a.mt / 64);
-  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
-  kp.attn_chunk = 64;
-  kp.attn_key_split = kp.grid < t.sm_count && a.keys >= 2 * 64 ? 2 : 1;
-  auto smem = [&](int stages) { return q_bytes + kp.attn_key_split * stages * stage + 1024; };
-  kp.attn_stages = 4;
-  while (kp.attn_stages > 3 && smem(kp.attn_stages) > t.smem_per_block) --kp.attn_stages;
-  if (smem(kp.attn_stages) > t.smem_per_block) kp.attn_key_split = 1;
-  kp.attn_min_blocks =
-      kp.attn_key_split == 1 && a.dv <= 128 && 2 * (smem(kp.attn_stages) + 1024) <= t.smem_per_block
-          ? 2
-          : 1;
-  kp.smem = smem(kp.attn_stages);
-  kp.threads = 128 * (1 + kp.attn_key_split);
-  kp.kind = Strategy::Attention;
-  kp.strategy = fmt::format(
-      "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
-      "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
-      a.mt, a.keys, a.mt / 64, a.d, a.dv, kp.attn_chunk, kp.attn_stages, kp.attn_key_split,
-      kp.attn_min_blocks);
-  kp.attention = std::make_shared<const AttentionPlan>(std::move(a));
-}
-
-// A predefined matmul Y = X W as the TMA-streamed GEMV where gemv_tma_shape gives a
-// configuration: fills kp and returns true; false keeps the register-streamed GEMV.
-bool plan_gemv_tma(int64_t M, int64_t N, int64_t K, const Target& t, KernelPlan& kp) {
-  const std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t);  // one weight
-  if (!c) return false;
-  kp.gemv_tma = c;
-  kp.gemv_cluster = false;
-  kp.splits = static_cast<int>(c->splits);
-  kp.threads = 160;
-  kp.smem = c->smem;
-  kp.grid = c->grid;
-  kp.strategy = fmt::format("gemv tma {}x{} s{}", c->bn, c->bk, c->stages);
-  return true;
-}
-
-}  // namespace
-
-// The TMA-streamed GEMV (runtime gemv_tma.cuh) for Y = epi(X W_0[, X W_1]) with M <= 32 rows of X
-// on sm_90a, or nullopt where the register-streamed GEMV stays (sm_80, weights under 8 MB, N past
-// 256 columns per SM, strides TMA cannot take). The rule, measured on the H100 (tests/gpu/
-// gemv_tma_sweep.cu, 2026-11-25; docs/runtime.md has the table):
-//   - one block per SM, each with a ring of 4 stages of 32 KB of weight (BK = 16384 / (nw BN) rows
-//     of K per stage, at least 64; fewer stages where X's panels or a second weight would not fit):
-//     with the ring that large, a block streams ~27 GB/s and more blocks per SM only unbalance the
-//     SMs (N6144 K4096 M32: 19.3 us at 96 blocks of 193 KB, 21.5 at 192 of 97 KB);
-//   - BN, the columns per block: the narrowest of 64, 128, 256 whose column blocks fit on the SMs
-//     at one block each (N16384: 128 x 128 columns, 71.6-73.3 us for M 1-32; 256 blocks of 64
-//     columns at two per SM: 73.0-74.4);
-//   - split-K (a cluster of `splits` blocks per column block) only until the rings hold 8 MB in
-//     flight (Little's law: ~3 TB/s x ~2.7 us), one block per SM at most, at most 8 splits, and
-//     each split streaming at least two full rings: N2304 K16384 (36 column blocks): 2 splits,
-//     28.0 / 28.9 us at M 1 / 32 where the register GEMV takes 28.5 / 31.2; the runtime's
-//     two-weight N4096 (64 column blocks, 8 MB): none, 24.2 us against 25.1 with 2; K2048 N2048:
-//     none (6.5 us, 7.1 with 2).
-// Against the register GEMV as planned below, on 25 shapes (M 1-32, N 2048-32000, K 2048-16384,
-// 8-436 MB of weight, with and without the fused rms_norm, one and two weights): 0.53-0.99 of its
-// time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
-// 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
-std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw,
-                                           const Target& t) {
-  if (t.arch != Arch::Sm90a || M > 32 || M < 1 || nw < 1 || nw > 2) return std::nullopt;
-  if (N % 8 != 0 || K % 8 != 0 || N < 8) return std::nullopt;  // TMA strides, 16-byte stores
-  if (K * N * 2 * nw < (int64_t(8) << 20)) return std::nullopt;
-  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;  // wgmma n in {8, 16, 32}
-  int64_t bn = 64;
-  while (bn < 256 && ceil_div(N, bn) > sms) bn *= 2;
-  const int64_t cb = ceil_div(N, bn);
-  if (cb > sms) return std::nullopt;
-  const int64_t bk = std::max<int64_t>(64, 16384 / (nw * bn));
-  auto smem = [&](int64_t st) {
-    return std::max(st * (nw * bn * bk * 2 + 8 * mt * bk * 2), nw * 8 * mt * (bn + 4) * 4) + 1024;
-  };
-  int64_t st = 4;
-  // The block's static shared memory (mbarriers, row sums) needs well under 2 KB.
-  while (st > 2 && smem(st) + 2048 > t.smem_per_block) --st;
-  const int64_t ring_w = st * nw * bn * bk * 2;
-  int64_t splits = 1;
-  while (splits < 8 && cb * splits * ring_w < (int64_t(8) << 20) && cb * (splits + 1) <= sms &&
-         K >= (splits + 1) * 2 * st * bk)
-    ++splits;
-  GemvTmaShape c;
-  c.mt = mt;
-  c.bn = bn;
-  c.bk = bk;
-  c.stages = st;
-  c.splits = splits;
-  c.grid = cb * splits;
-  c.smem = smem(st);
-  return c;
-}
-
-Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions& opt) {
-  Schedule s;
-  s.arch = t.arch;
+PlanContext::PlanContext(const KernelGraph& g, const Target& t, const PlanOptions& opt,
+                         const Schedule& s)
+    : g(g), t(t), opt(opt), s(s) {
   const int nt = static_cast<int>(g.tensors.size());
-  // Which graph outputs depend on each tensor (for the precision a kernel may trade).
-  std::vector<std::set<int>> reach(nt);
+  reach.resize(nt);
   for (int o : g.outputs) reach[o].insert(o);
   for (int k = static_cast<int>(g.ops.size()) - 1; k >= 0; --k) {
     std::set<int> r;
     for (int o : g.ops[k].outputs) r.insert(reach[o].begin(), reach[o].end());
     for (int in : g.ops[k].inputs) reach[in].insert(r.begin(), r.end());
   }
-  auto is_const = [&](int tensor) {
-    int p = g.producer(tensor);
-    return p >= 0 && g.ops[p].kind == OpKind::Constant;
-  };
-  std::set<int> is_output(g.outputs.begin(), g.outputs.end());
-  std::set<int> is_input(g.inputs.begin(), g.inputs.end());
-  std::vector<int> consumers(nt, 0);  // reading ops per tensor (an op reading twice counts once)
+  is_output.insert(g.outputs.begin(), g.outputs.end());
+  consumers.assign(nt, 0);
   for (const KernelOp& k : g.ops)
     for (int in : std::set<int>(k.inputs.begin(), k.inputs.end())) consumers[in]++;
   // Constants are folded into predefined consumers; they are materialized only when a
   // graph-defined op reads them or they are outputs.
-  std::vector<bool> need_store(nt, false);
+  need_store.assign(nt, false);
   for (const KernelOp& k : g.ops)
     if (k.kind == OpKind::GraphDefined)
       for (int in : k.inputs) need_store[in] = true;
   for (int o : g.outputs) need_store[o] = true;
+}
 
+bool PlanContext::is_const(int tensor) const {
+  int p = g.producer(tensor);
+  return p >= 0 && g.ops[p].kind == OpKind::Constant;
+}
+
+void PlanContext::output_precision(int op, bool& f16, bool& bf16) const {
+  f16 = bf16 = true;
+  bool any = false;
+  for (int o : g.ops[op].outputs)
+    for (int r : reach[o]) {
+      any = true;
+      DType d = g.tensor(r).dtype;
+      f16 &= d != DType::F32;
+      bf16 &= d == DType::BF16;
+    }
+  if (!any) f16 = bf16 = false;
+}
+
+std::string KernelPlan::strategy() const {
+  return std::visit([](const auto& p) { return p.describe(); }, plan);
+}
+
+namespace {
+
+int64_t tensor_bytes(const TensorDesc& t) {
+  return numel(t.shape) * dtype_bytes(t.dtype);
+}
+
+// The block plan of graph-defined op k: the layout/schedule optimizer's BlockSchedule of its
+// block graph (re-tiled where that is exact and useful), whichever lowering runs the op.
+std::shared_ptr<BlockSchedule> plan_block(const PlanContext& ctx, int k) {
+  const KernelOp& op = ctx.g.ops[k];
+  bool f16 = false, bf16 = false;
+  ctx.output_precision(k, f16, bf16);
+  int rdim = -1;
+  std::shared_ptr<const BlockGraph> rt = retile_loop(*op.block, ctx.t, &rdim);
+  auto b =
+      std::make_shared<BlockSchedule>(plan_block_graph(rt ? *rt : *op.block, ctx.t, f16, bf16));
+  if (rt) {
+    b->retiled = rt;
+    b->retile_dim = rdim;
+    b->retile_from = op.block->loop[rdim];
+    b->retile_to = rt->loop[rdim];
+  }
+  return b;
+}
+
+// The first lowering of the registry (LoweredPlan's alternatives, in order) that matches op k.
+template <size_t I = 0>
+bool match_first(const PlanContext& ctx, int k, KernelPlan& kp) {
+  if constexpr (I == std::variant_size_v<LoweredPlan>) {
+    return false;
+  } else {
+    using P = std::variant_alternative_t<I, LoweredPlan>;
+    static_assert(Lowering<P>, "every registry entry implements the lowering contract");
+    if (std::optional<P> p = P::match(ctx, k, kp)) {
+      kp.plan = std::move(*p);
+      return true;
+    }
+    return match_first<I + 1>(ctx, k, kp);
+  }
+}
+
+}  // namespace
+
+Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions& opt) {
+  Schedule s;
+  s.arch = t.arch;
+  const PlanContext ctx(g, t, opt, s);
+  const int nt = static_cast<int>(g.tensors.size());
   s.tensor_offset.assign(nt, -1);
   int64_t ws = 0;
   auto alloc = [&](int64_t bytes) {
@@ -1562,11 +1459,11 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     ws = align_up(ws + std::max<int64_t>(bytes, 1), 256);
     return off;
   };
+  const std::set<int> is_input(g.inputs.begin(), g.inputs.end());
   for (int id = 0; id < nt; ++id) {
-    if (is_input.count(id) || is_output.count(id)) continue;
-    int p = g.producer(id);
-    if (p < 0) continue;
-    if (is_const(id) && !need_store[id]) continue;
+    if (is_input.count(id) || ctx.is_output.count(id)) continue;
+    if (g.producer(id) < 0) continue;
+    if (ctx.is_const(id) && !ctx.need_store[id]) continue;
     s.tensor_offset[id] = alloc(tensor_bytes(g.tensor(id)));
   }
 
@@ -1576,227 +1473,21 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     KernelPlan kp;
     kp.op = static_cast<int>(k);
     kp.kernel = fmt::format("k{}_{}", k, op.name);
-    if (op.kind == OpKind::GraphDefined) {
-      bool f16 = true, bf16 = true, any = false;
-      for (int o : op.outputs)
-        for (int r : reach[o]) {
-          any = true;
-          DType d = g.tensor(r).dtype;
-          f16 &= d != DType::F32;
-          bf16 &= d == DType::BF16;
-        }
-      if (!any) f16 = bf16 = false;
-      int rdim = -1;
-      std::shared_ptr<const BlockGraph> rt = retile_loop(*op.block, t, &rdim);
-      BlockPlanner bp(rt ? *rt : *op.block, t, f16, bf16);
-      kp.block = std::make_shared<BlockSchedule>(bp.run());
-      if (rt) {
-        kp.block->retiled = rt;
-        kp.block->retile_dim = rdim;
-        kp.block->retile_from = op.block->loop[rdim];
-        kp.block->retile_to = rt->loop[rdim];
-      }
-      kp.grid = op.block->num_blocks();
-      kp.threads = op.block->block_threads;
-      kp.smem = kp.block->smem_bytes;
-      kp.kind = Strategy::BlockGraph;
-      kp.strategy = "block graph";
-      if (!opt.lowerings) {
-        // the generic block-graph kernel only
-      } else if (auto c = match_contraction(*op.block, t)) {
-        kp.contraction = std::make_shared<const ContractionPlan>(std::move(*c));
-        const ContractionPlan& cp = *kp.contraction;
-        const char* plural = cp.b.size() > 1 ? "s" : "";
-        if (const std::optional<GemvTmaShape>& v = cp.gemv) {
-          // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
-          kp.kind = Strategy::GemvTmaContraction;
-          kp.strategy =
-              fmt::format("gemv tma contraction ({} weight{}, {}x{} s{}, {} split{})", cp.b.size(),
-                          plural, v->bn, v->bk, v->stages, v->splits, v->splits > 1 ? "s" : "");
-          kp.splits = static_cast<int>(v->splits);
-          kp.grid = v->grid;
-          kp.threads = 160;
-          kp.smem = v->smem;
-        } else {
-          kp.kind = Strategy::WgmmaContraction;
-          kp.strategy = fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)",
-                                    cp.b.size(), plural);
-          kp.grid = ceil_div(cp.m, 128) * ceil_div(cp.n, 128);
-          kp.threads = 384;
-        }
-      } else if (auto a = match_attention(*op.block, t, f16, bf16)) {
-        plan_attention(kp, std::move(*a), t);
-      }
-      if (!kp.contraction && !kp.attention)
-        block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
-    } else {
-      const OpClass c = op_info(op.kind).cls;
-      const TensorDesc& out = g.tensor(op.outputs[0]);
-      switch (c) {
-        case OpClass::Constant:
-          kp.kind = need_store[op.outputs[0]] ? Strategy::Fill : Strategy::Folded;
-          kp.strategy = need_store[op.outputs[0]] ? "fill" : "folded";
-          break;
-        case OpClass::Binary:
-        case OpClass::Unary: {
-          bool vec = true;
-          int v = 16 / dtype_bytes(out.dtype);
-          for (int in : op.inputs)
-            if (!is_const(in) && g.tensor(in).shape != out.shape) vec = false;
-          for (int in : op.inputs)
-            if (!is_const(in) && 16 / dtype_bytes(g.tensor(in).dtype) < v)
-              v = 16 / dtype_bytes(g.tensor(in).dtype);
-          vec &= numel(out.shape) % v == 0;
-          kp.kind = vec ? Strategy::ElementwiseVec : Strategy::ElementwiseBroadcast;
-          kp.strategy = vec ? fmt::format("elementwise v{}", v) : "elementwise broadcast";
-          kp.threads = 256;
-          int64_t items = vec ? numel(out.shape) / v : numel(out.shape);
-          kp.grid = std::clamp<int64_t>(ceil_div(items, 256), 1, int64_t(t.sm_count) * 16);
-          break;
-        }
-        case OpClass::Transpose:
-          kp.kind = Strategy::Gather;
-          kp.strategy = "gather";
-          kp.threads = 256;
-          kp.grid =
-              std::clamp<int64_t>(ceil_div(numel(out.shape), 256), 1, int64_t(t.sm_count) * 16);
-          break;
-        case OpClass::Reduce:
-        case OpClass::Softmax:
-        case OpClass::RmsNorm: {
-          const Shape& xs = g.tensor(op.inputs[0]).shape;
-          int dim = c == OpClass::RmsNorm ? static_cast<int>(xs.size()) - 1
-                                          : static_cast<int>(op.attrs.dim);
-          int64_t inner = 1;
-          for (size_t d = dim + 1; d < xs.size(); ++d) inner *= xs[d];
-          int64_t rows = numel(xs) / xs[dim];
-          if (inner == 1) {
-            kp.kind = xs[dim] >= 2048 ? Strategy::RowPerBlock : Strategy::RowPerWarp;
-            kp.strategy = xs[dim] >= 2048 ? "row per block" : "row per warp";
-            kp.threads = xs[dim] >= 2048 ? 512 : 256;
-            kp.grid = xs[dim] >= 2048 ? rows : ceil_div(rows, 8);
-            if (c == OpClass::RmsNorm && xs[dim] >= 2048)
-              plan_rms_rows(g, static_cast<int>(k), kp, s, consumers);
-          } else {
-            kp.kind = Strategy::ColumnPerThread;
-            kp.strategy = "column per thread";
-            kp.threads = 256;
-            kp.grid = ceil_div(rows, 256);
-          }
-          break;
-        }
-        case OpClass::Matmul: {
-          const TensorDesc& a = g.tensor(op.inputs[0]);
-          const TensorDesc& b = g.tensor(op.inputs[1]);
-          int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
-          int64_t batch = numel(out.shape) / (M * N);
-          bool tc = !is_const(op.inputs[0]) && !is_const(op.inputs[1]) && a.dtype == b.dtype &&
-                    a.dtype != DType::F32 && K % 8 == 0 && N % 8 == 0;
-          if (tc && batch == 1 && M <= 32 && K % 4 == 0 && N % 8 == 0 &&
-              (N * dtype_bytes(out.dtype)) % 16 == 0) {
-            kp.kind = Strategy::Gemv;
-            kp.strategy = "gemv";
-            // Where 64-column slabs already give 1.5 blocks per SM: 1 x 8 warps per slab, no
-            // split-K (no partials, no second pass). Otherwise 1 x 4 warps per slab and k-splits
-            // for about 2.5 blocks per SM. Measured on the H100 (tests/gpu/gemv_sweep.cu,
-            // 2026-11-24; cluster split-K below): the time jumps by up to 40% once blocks pass
-            // about 3 per SM (N6144 K4096 m32: 22.5 us at 96x3, 30.5 at 96x4; N2304 K16384 m16
-            // 29.4 at 36x8), and 2 per SM leaves 5-10% on the table (N6144 m16 22.8 at 96x2
-            // against 20.6 at 96x3). Against the former 2 x 4 warps at 2 blocks per SM: N2304
-            // m1 28.5 us against 31.3, N6144 m16 20.6 against 23.6.
-            // UNROLL 2 (two k-steps of loads in flight per warp); four m-tiles (M > 24) hold 64
-            // accumulator floats per lane, so they run 2 blocks per SM there (N2304 m32 31.1 us
-            // against 35.0 with UNROLL 1 at 3 per SM), and UNROLL 1 in the 8-warp blocks.
-            const int64_t slabs = ceil_div(N, 64);
-            const int mt = static_cast<int>(ceil_div(M, 8));
-            const bool wide = 2 * slabs >= 3 * int64_t(t.sm_count);
-            const int warps_n = 1, warps_k = wide ? 8 : 4;
-            kp.gemv_warps_n = warps_n;
-            kp.gemv_warps_k = warps_k;
-            kp.gemv_min_blocks = wide || mt >= 4 ? 2 : 3;
-            kp.gemv_unroll = wide && mt >= 4 ? 1 : 2;
-            const int64_t col_blocks = slabs;
-            int splits = wide ? 1
-                              : static_cast<int>(std::max<int64_t>(
-                                    1, 5 * int64_t(t.sm_count) / (2 * col_blocks)));
-            // At least 256 rows of K per warp, so each streams enough to amortize the reduction.
-            splits = static_cast<int>(
-                std::min<int64_t>(splits, std::max<int64_t>(1, K / (256 * warps_k))));
-            // On sm_90a the k-splits of a column block form one thread-block cluster and sum
-            // through distributed shared memory (runtime gemv_cluster_kernel): no float32
-            // workspace, no counters to reset (a memset node per call), no last-block pass
-            // through L2. A cluster has at most 8 CTAs.
-            kp.gemv_cluster = t.arch == Arch::Sm90a && splits > 1;
-            if (kp.gemv_cluster) splits = std::min(splits, 8);
-            int64_t chunk = align_up(ceil_div(K, splits), 16);
-            splits = static_cast<int>(ceil_div(K, chunk));
-            if (splits == 1) kp.gemv_cluster = false;
-            kp.splits = splits;
-            kp.threads = 32 * warps_n * warps_k;
-            kp.grid = col_blocks * splits;
-            plan_gemv_tma(M, N, K, t, kp);
-            // rms_norm(X) W with a weightless rms_norm that nothing else reads: one GEMV with
-            // the runtime's row-rms epilogue, diag(1 / rms(X)) (X W), which sums X^2 from the X
-            // values the GEMV loads anyway; the rms_norm kernel and its round trip through
-            // memory go (H100: the separate rms_norm kernel plus its graph node cost ~2 us in
-            // front of a ~20 us GEMV).
-            const int a_id = op.inputs[0];
-            const int p = g.producer(a_id);
-            bool rms = false;
-            if (p >= 0 && g.ops[p].kind == OpKind::RmsNorm && g.ops[p].inputs.size() == 1 &&
-                !is_output.count(a_id) && consumers[a_id] == 1 &&
-                g.tensor(g.ops[p].inputs[0]).dtype == a.dtype &&
-                g.tensor(g.ops[p].inputs[0]).shape == a.shape) {
-              rms = true;
-              kp.strategy += " rms_norm";
-              if (kp.gemv_tma) kp.threads = 192;  // + the row-sum-of-squares warp
-              fuse_prologue(s, p, static_cast<int>(k), kp, a_id, false);
-            }
-            if (splits > 1 && !kp.gemv_cluster && !kp.gemv_tma) {
-              kp.scratch_bytes =
-                  col_blocks * splits * (warps_n * mt * 512 + (rms ? mt * 8 : 0)) * 4 +
-                  col_blocks * 4;
-            }
-          } else if (tc && batch == 1 && M > 64 && t.arch == Arch::Sm90a) {
-            // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
-            kp.kind = Strategy::WgmmaGemm;
-            kp.strategy = "wgmma_ws 128x128x64 s6";
-            kp.threads = 384;
-            kp.grid = ceil_div(N, 128) * ceil_div(M, 128);
-          } else if (tc) {
-            bool small = M <= 64;
-            kp.kind = small ? Strategy::GemmTc64 : Strategy::GemmTc128;
-            kp.strategy = small ? "gemm_tc 64x128x32 s4" : "gemm_tc 128x128x32 s3";
-            kp.threads = small ? 128 : 256;
-            kp.smem = small ? 4 * (64 * 32 + 32 * 128) * 2 : 3 * (128 * 32 + 32 * 128) * 2;
-            kp.grid = ceil_div(N, 128) * ceil_div(M, small ? 64 : 128) * batch;
-            // Split K when the tiles cannot fill the machine (float32 partials, then a sum).
-            if (kp.grid < t.sm_count && K >= 512) {
-              int64_t splits = std::min<int64_t>({ceil_div(2 * t.sm_count, kp.grid), K / 256, 16});
-              int64_t chunk = align_up(ceil_div(K, splits), 32);
-              splits = ceil_div(K, chunk);
-              if (splits > 1) {
-                kp.splits = static_cast<int>(splits);
-                kp.grid *= splits;
-                kp.scratch_bytes = splits * batch * M * N * 4;
-              }
-            }
-          } else {
-            kp.kind = Strategy::Fma;
-            kp.strategy = "fma 32x32";
-            kp.threads = 256;
-            kp.grid = ceil_div(N, 32) * ceil_div(M, 32) * batch;
-          }
-          break;
-        }
-        case OpClass::GraphDefined:
-        case OpClass::Input:
-        case OpClass::Output:
-        case OpClass::Accum:
-        case OpClass::Fused:
-          KILN_ASSERT(false, "op {} has no predefined kernel", op_name(op.kind));
-      }
+    if (op.kind == OpKind::GraphDefined) kp.block = plan_block(ctx, static_cast<int>(k));
+    const bool matched = match_first(ctx, static_cast<int>(k), kp);
+    KILN_ASSERT(matched, "no lowering runs op {} ({})", op.name, op_name(op.kind));
+    if (kp.prologue_op >= 0) {
+      // The lowering took over its input's producer: that op gets no kernel, and its output is
+      // materialized only when the kernel stores it.
+      KernelPlan& pp = s.kernels[kp.prologue_op];
+      pp.plan = FusedIntoKernel{kp.kernel};
+      pp.fused_into = static_cast<int>(k);
+      pp.grid = 0;
+      pp.threads = 0;
+      if (!kp.prologue_stores) s.tensor_offset[g.ops[kp.prologue_op].outputs[0]] = -1;
     }
+    if (kp.as<BlockGraphKernel>())
+      block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);
     s.kernels.push_back(std::move(kp));
   }
@@ -1815,7 +1506,7 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
   for (const KernelPlan& kp : s.kernels) {
     const KernelOp& op = g.ops[kp.op];
     if (!kp.block) {
-      out += fmt::format("kernel {}: {} -> {}", kp.kernel, op_name(op.kind), kp.strategy);
+      out += fmt::format("kernel {}: {} -> {}", kp.kernel, op_name(op.kind), kp.strategy());
       if (kp.grid) out += fmt::format(", grid {} x {} threads", kp.grid, kp.threads);
       if (kp.splits > 1) out += fmt::format(", split-K {}", kp.splits);
       out += "\n";
@@ -1823,9 +1514,9 @@ std::string schedule_to_text(const KernelGraph& g, const Schedule& s) {
     }
     const BlockSchedule& b = *kp.block;
     const BlockGraph& bg = b.retiled ? *b.retiled : *op.block;
-    if (kp.contraction || kp.attention)
+    if (!kp.as<BlockGraphKernel>())
       out += fmt::format("kernel {}: {}, grid {} x {} threads (the block plan below is not used)\n",
-                         kp.kernel, kp.strategy, kp.grid, kp.threads);
+                         kp.kernel, kp.strategy(), kp.grid, kp.threads);
     out += fmt::format(
         "kernel {}: block graph, grid {} x {} threads, {} iterations, pipeline {} stage(s) of {} "
         "iteration(s)\n",

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "kiln/codegen/attention.h"
 #include "kiln/codegen/emit.h"
+#include "kiln/codegen/lowerings/attention.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
 
@@ -183,24 +183,26 @@ KernelGraph graph_of(Variant v) {
 TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
   KernelGraph g = graph_of(Variant::Normalized);
   Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
-  ASSERT_TRUE(s.kernels[0].attention);
+  ASSERT_TRUE(s.kernels[0].as<AttentionKernel>());
   EXPECT_EQ(s.kernels[0].grid, H * (M / 128) * 2);  // two 64-row CTAs per block
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("kiln::rt::attn_launch<Cfg>"), std::string::npos);
   EXPECT_NE(cu.find("AttnCfg<__half, 1, 64, 64, 64,"), std::string::npos);
   // Without lowerings (the simulator), on sm_80, and with an f32 output: the generic kernel.
-  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm90a), PlanOptions{false}).kernels[0].attention);
-  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm80)).kernels[0].attention);
+  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm90a), PlanOptions{false})
+                   .kernels[0]
+                   .as<AttentionKernel>());
+  EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm80)).kernels[0].as<AttentionKernel>());
   KernelGraph g32 = graph_of(Variant::F32Out);
-  EXPECT_FALSE(plan_schedule(g32, target_for(Arch::Sm90a)).kernels[0].attention);
+  EXPECT_FALSE(plan_schedule(g32, target_for(Arch::Sm90a)).kernels[0].as<AttentionKernel>());
 }
 
 // The hand-written attention example is lowered (it is what the nvcc test compiles).
 TEST(Attention, GqaExampleIsLowered) {
   KernelGraph g = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa.mugraph.json");
   Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
-  ASSERT_TRUE(s.kernels[0].attention);
-  EXPECT_FALSE(s.kernels[1].attention);  // the combine kernel is not a chain
+  ASSERT_TRUE(s.kernels[0].as<AttentionKernel>());
+  EXPECT_FALSE(s.kernels[1].as<AttentionKernel>());  // the combine kernel is not a chain
 }
 
 }  // namespace

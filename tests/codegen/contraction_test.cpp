@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "kiln/codegen/contraction.h"
 #include "kiln/codegen/emit.h"
+#include "kiln/codegen/lowerings/contraction.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
 
@@ -88,13 +88,13 @@ TEST(Contraction, PlannerAndEmitterUseIt) {
   kb.output(outs[0]);
   KernelGraph g = std::move(kb).finish();
   Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
-  ASSERT_TRUE(s.kernels[0].contraction);
+  ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("WgmmaGemmWS<__half, 2, 4>"), std::string::npos);
   EXPECT_NE(cu.find("kiln::rt::Silu"), std::string::npos);
   // On sm_80 the same graph takes the generic block-graph path.
   Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
-  EXPECT_FALSE(s80.kernels[0].contraction);
+  EXPECT_FALSE(s80.kernels[0].as<ContractionKernel>());
 }
 
 // Decode rows (M <= 32) with weights the TMA GEMV streams (>= 8 MB): the plan says so and its
@@ -136,8 +136,8 @@ TEST(Contraction, DecodeRowsRunAsTheTmaGemv) {
   kb.output(kb.graph_defined(bg, {x, w0, w1}, "k")[0]);
   KernelGraph g = std::move(kb).finish();
   Schedule s = plan_schedule(g, t);
-  ASSERT_TRUE(s.kernels[0].contraction);
-  EXPECT_EQ(s.kernels[0].grid, s.kernels[0].contraction->gemv->grid);
+  ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
+  EXPECT_EQ(s.kernels[0].grid, s.kernels[0].as<ContractionKernel>()->c.gemv->grid);
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("gemv_tma_launch<__half, __half, 1, 2, "), std::string::npos);
   EXPECT_NE(cu.find("static constexpr bool kRowSumSq = false;"), std::string::npos);

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <regex>
 
-#include "kiln/codegen/contraction.h"
 #include "kiln/codegen/emit.h"
+#include "kiln/codegen/lowerings/contraction.h"
 #include "kiln/ir/json_io.h"
 #include "random_graphs.h"
 
@@ -38,7 +38,7 @@ void check_file(const KernelGraph& g, const std::string& cu, Arch arch = Arch::S
   // One shared-memory assert per block-graph kernel (lowered contractions and attention chains
   // run the runtime's wgmma kernels).
   for (const KernelPlan& kp : plan_schedule(g, target_for(arch)).kernels)
-    blocks += kp.block && !kp.contraction && !kp.attention;
+    blocks += kp.block && kp.as<BlockGraphKernel>();
   size_t asserts = 0, at = 0;
   while ((at = cu.find("static_assert(kSmem_", at)) != std::string::npos) ++asserts, ++at;
   EXPECT_EQ(asserts, static_cast<size_t>(blocks));

@@ -336,20 +336,23 @@ TEST(Schedule, DecodeGemvStreamsThroughTmaOnSm90a) {
     KernelGraph g = decode_matmul(c.M, c.K, c.N, c.rms);
     const Schedule s90 = plan_schedule(g, target_for(Arch::Sm90a));
     const KernelPlan& kp = s90.kernels.back();
-    EXPECT_EQ(kp.gemv_tma.has_value(), c.tma);
-    EXPECT_EQ(kp.strategy, c.strategy);
+    ASSERT_TRUE(kp.as<GemvKernel>());
+    const std::optional<GemvTmaShape>& tma = kp.as<GemvKernel>()->tma;
+    EXPECT_EQ(tma.has_value(), c.tma);
+    EXPECT_EQ(kp.strategy(), c.strategy);
     if (c.tma) {
-      EXPECT_EQ(kp.gemv_tma->bn, c.bn);
-      EXPECT_EQ(kp.gemv_tma->bk, c.bk);
-      EXPECT_EQ(kp.gemv_tma->stages, 4);
+      EXPECT_EQ(tma->bn, c.bn);
+      EXPECT_EQ(tma->bk, c.bk);
+      EXPECT_EQ(tma->stages, 4);
       EXPECT_EQ(kp.splits, c.splits);
       EXPECT_EQ(kp.threads, c.rms ? 192 : 160);
       EXPECT_EQ(kp.grid, (c.N + c.bn - 1) / c.bn * c.splits);
     }
     const Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
     const KernelPlan& k80 = s80.kernels.back();
-    EXPECT_FALSE(k80.gemv_tma.has_value());
-    EXPECT_EQ(k80.strategy, c.rms ? "gemv rms_norm" : "gemv");
+    ASSERT_TRUE(k80.as<GemvKernel>());
+    EXPECT_FALSE(k80.as<GemvKernel>()->tma.has_value());
+    EXPECT_EQ(k80.strategy(), c.rms ? "gemv rms_norm" : "gemv");
   }
 }
 
@@ -366,11 +369,13 @@ TEST(Schedule, TmaGemvPlansFitTheMachine) {
         KernelGraph g = decode_matmul(M, K, N);
         const Schedule sched = plan_schedule(g, t);
         const KernelPlan& kp = sched.kernels.back();
-        EXPECT_EQ(kp.gemv_tma.has_value(),
+        ASSERT_TRUE(kp.as<GemvKernel>());
+        const std::optional<GemvTmaShape>& tma = kp.as<GemvKernel>()->tma;
+        EXPECT_EQ(tma.has_value(),
                   K * N * 2 >= (int64_t(8) << 20) && (N + 255) / 256 <= t.sm_count);
-        if (!kp.gemv_tma) continue;
+        if (!tma) continue;
         ++planned;
-        const GemvTmaShape& v = *kp.gemv_tma;
+        const GemvTmaShape& v = *tma;
         EXPECT_TRUE(v.bn == 64 || v.bn == 128 || v.bn == 256);
         EXPECT_TRUE(v.bk % 64 == 0 && v.bk >= 64 && v.bk <= 256);
         EXPECT_GE(v.stages, 2);

@@ -117,8 +117,8 @@ TEST(SimPredefined, RmsNormFusedIntoGemv) {
     KernelGraph kg = std::move(b).finish();
     Schedule s = plan_schedule(kg, target_for(Arch::Sm90a));
     const bool fused = variant == 0;
-    EXPECT_EQ(s.kernels[0].strategy.rfind("fused into", 0) == 0, fused) << variant;
-    EXPECT_EQ(s.kernels[1].strategy, fused ? "gemv rms_norm" : "gemv") << variant;
+    EXPECT_EQ(s.kernels[0].strategy().rfind("fused into", 0) == 0, fused) << variant;
+    EXPECT_EQ(s.kernels[1].strategy(), fused ? "gemv rms_norm" : "gemv") << variant;
     expect_sim_ok(std::move(kg), fmt::format("pre_rmsmm{}", variant));
   }
 }
@@ -144,10 +144,10 @@ TEST(SimPredefined, RmsNormRowsWithElementwisePrologue) {
     KernelGraph kg = std::move(b).finish();
     Schedule s = plan_schedule(kg, target_for(Arch::Sm90a));
     const KernelPlan& rp = s.kernels[variant == 3 ? 2 : 1];
-    EXPECT_EQ(rp.strategy.rfind("row per block v8", 0), 0u) << rp.strategy;
-    EXPECT_EQ(s.kernels[0].strategy.rfind("fused into", 0) == 0, variant != 3) << variant;
-    EXPECT_EQ(rp.strategy.find("stores its output") != std::string::npos, variant == 0)
-        << rp.strategy;
+    EXPECT_EQ(rp.strategy().rfind("row per block v8", 0), 0u) << rp.strategy();
+    EXPECT_EQ(s.kernels[0].strategy().rfind("fused into", 0) == 0, variant != 3) << variant;
+    EXPECT_EQ(rp.strategy().find("stores its output") != std::string::npos, variant == 0)
+        << rp.strategy();
     expect_sim_ok(std::move(kg), fmt::format("pre_addrms{}", variant));
   }
 }

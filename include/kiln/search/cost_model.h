@@ -16,53 +16,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/codegen/cost.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/kernel_graph.h"
 #include "kiln/ir/target.h"
 
 namespace kiln::search {
 
-// Model constants that the target description does not carry (docs/cost-model.md).
-struct CostConstants {
-  double l2_bytes_per_s;               // L2 -> SM bandwidth (every load, hit or miss)
-  double smem_bytes_per_s;             // aggregate shared-memory bandwidth
-  double dram_saturation = 0.6;        // fraction of SMs that must be busy to saturate DRAM
-  double fixed_s = 0.8e-6;             // per-kernel latency: first loads, epilogue, drain
-  double dram_latency_s = 1.0e-6;      // loaded DRAM round trip (Little's law)
-  double iteration_s = 0.07e-6;        // per loop iteration of one block: barrier, wait, issue
-  double iteration_warp_s = 0.03e-6;   // per loop iteration, per warp of the block
-  double predefined_efficiency = 0.6;  // generic kernels of predefined ops (gemm_tc, fma, ...)
-  double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
-  // Fraction of SMs the TMA GEMV needs busy to saturate DRAM: each holds a 128 KB ring in flight
-  // (H100 sweep, docs/runtime.md: 64 blocks stream 2.77 TB/s, 72 and 96 blocks 2.7).
-  double gemv_tma_saturation = 0.45;
-  double row_efficiency = 0.85;        // elementwise, gather and row-reduction kernels (fitted)
-  int dram_granule = 64;               // bytes fetched per DRAM access (a sector)
-  double run_overhead = 8;             // DRAM bytes lost per contiguous run (fitted)
-  double l2_capacity = 50e6;           // L2 bytes: larger tensors stream through it
-  double l2_miss = 0.33;  // re-reads by other blocks of a tensor larger than L2 that miss (fitted)
-  double mma_sync_fraction = 1.0;  // generic block kernels' tensor rate / the target's (wgmma)
-};
-const CostConstants& cost_constants(Arch a);
-
-struct KernelCost {
-  std::string name;
-  bool graph_defined = false;
-  bool lowered = false;  // a graph-defined kernel run as a runtime kernel (contraction, attention)
-  int64_t blocks = 1, iterations = 1, waves = 1;
-  int blocks_per_sm = 1;
-  int pipeline_stages = 1, coarsen = 1;  // the emitter's cp.async ring (codegen/schedule.h)
-  double inflight_bytes = 0;             // DRAM bytes one block keeps in flight
-  int64_t round_trips = 0;               // dependent DRAM round trips of one block
-  int64_t smem_per_block = 0;
-  int regs_per_thread = 0;
-  double dram_read = 0, dram_write = 0, l2_bytes = 0, smem_bytes = 0;  // bytes
-  double tc_flops = 0, cuda_flops = 0;
-  // Seconds.
-  double t_dram = 0, t_lat = 0, t_l2 = 0, t_smem = 0, t_tc = 0, t_cuda = 0, t_iter = 0;
-  double t_fill = 0, t_launch = 0, t_fixed = 0, time = 0;
-  std::string bound;  // the largest term: dram, latency, l2, smem, tensor, cuda, loop
-};
+// The per-kernel model (constants, KernelCost, each lowering's cost) is kiln/codegen/cost.h.
+using kiln::cost_constants;
+using kiln::CostConstants;
+using kiln::KernelCost;
 
 struct GraphCost {
   std::vector<KernelCost> kernels;

@@ -1,9 +1,12 @@
-// match_attention: see include/kiln/codegen/attention.h for the contract.
-#include "kiln/codegen/attention.h"
+// The attention lowering: match_attention (the contract is in
+// include/kiln/codegen/lowerings/attention.h), then the plan, its cost and its emission.
+#include "kiln/codegen/lowerings/attention.h"
 
 #include <map>
 
-#include "emit_util.h"
+#include "../cost_util.h"
+#include "../emit_internal.h"
+#include "kiln/codegen/schedule.h"
 
 namespace kiln {
 
@@ -363,6 +366,207 @@ std::optional<AttentionPlan> match_attention(const BlockGraph& bg, const Target&
   Matcher m(bg, t, lossy_f16, lossy_bf16);
   if (!m.run(plan)) return std::nullopt;
   return plan;
+}
+
+// The runtime attention kernel's configuration for a matched chain, from H100 measurements
+// (tests/gpu/attention_bench.cu, gqa shapes): CTAs of 64 rows (a graph block of mt rows runs as
+// mt / 64 CTAs; more, smaller CTAs filled the SMs better than two row groups per CTA), 64-key
+// chunks, 4 stages. With at least one CTA per SM, one consumer warpgroup each and two CTAs per
+// SM where shared memory and the O accumulators (dv / 2 floats per thread) allow; with fewer
+// CTAs than SMs, two consumer warpgroups per CTA that split its chunks (a ring each), so that
+// each SM still runs two.
+std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, int k,
+                                                      KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  const Target& t = ctx.t;
+  if (op.kind != OpKind::GraphDefined || !ctx.opt.lowerings) return std::nullopt;
+  bool f16 = false, bf16 = false;
+  ctx.output_precision(k, f16, bf16);
+  std::optional<AttentionPlan> m = match_attention(*op.block, t, f16, bf16);
+  if (!m) return std::nullopt;
+  AttentionKernel p{std::move(*m)};
+  const AttentionPlan& a = p.a;
+  int64_t blocks = 1;
+  for (int64_t e : a.grid) blocks *= e;
+  kp.grid = blocks * (a.mt / 64);
+  const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
+  p.chunk = 64;
+  p.key_split = kp.grid < t.sm_count && a.keys >= 2 * 64 ? 2 : 1;
+  auto smem = [&](int stages) { return q_bytes + p.key_split * stages * stage + 1024; };
+  p.stages = 4;
+  while (p.stages > 3 && smem(p.stages) > t.smem_per_block) --p.stages;
+  if (smem(p.stages) > t.smem_per_block) p.key_split = 1;
+  p.min_blocks =
+      p.key_split == 1 && a.dv <= 128 && 2 * (smem(p.stages) + 1024) <= t.smem_per_block ? 2 : 1;
+  kp.smem = smem(p.stages);
+  kp.threads = 128 * (1 + p.key_split);
+  return p;
+}
+
+std::string AttentionKernel::describe() const {
+  return fmt::format(
+      "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
+      "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
+      a.mt, a.keys, a.mt / 64, a.d, a.dv, chunk, stages, key_split, min_blocks);
+}
+
+// The runtime attention kernel: blocks x mt / 64 CTAs of 64 rows, each walking its keys in chunks;
+// the tensor cores do S and O (2 x 64 x keys x (d + dv) flops per CTA). Effective per-SM rates from
+// the H100 timings of tests/gpu/attention_bench.cu (gqa shapes): 50% of the tensor-core peak
+// with two CTAs per SM (one's exp overlaps the other's wgmma), 40% with one; plus a pipeline
+// fill (A and the first chunks in flight) per wave.
+KernelCost AttentionKernel::cost(const CostContext& x) const {
+  const KernelOp& op = x.op;
+  const KernelPlan& kp = x.kp;
+  const Target& t = x.t;
+  const CostConstants& k = cost_constants(t.arch);
+  KernelCost c;
+  c.name = op.name;
+  c.graph_defined = true;
+  c.lowered = true;
+  c.blocks = kp.grid;
+  c.blocks_per_sm = min_blocks;
+  const int64_t slots = int64_t(t.sm_count) * min_blocks;
+  c.waves = (c.blocks + slots - 1) / slots;
+  c.iterations = a.keys / chunk;
+  c.pipeline_stages = stages;
+  c.round_trips = 1;
+  const BlockGraph& bg = *op.block;
+  for (const AttentionView* v : {&a.q, &a.k, &a.v}) {
+    const TensorDesc& td = bg.inputs[v->io];
+    c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
+  }
+  for (const TensorDesc& td : bg.outputs)
+    c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
+  const double cta_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv);
+  c.tc_flops = cta_flops * double(c.blocks);
+  // Consumer warpgroups per SM (CTAs per SM x consumers per CTA) share its tensor cores; a CTA
+  // whose consumers split its keys finishes in 1 / key_split of its work's time.
+  const int64_t ctas = std::min<int64_t>(min_blocks, (c.blocks + t.sm_count - 1) / t.sm_count);
+  const int64_t active = ctas * key_split;
+  const double eff = active >= 2 ? 0.5 : 0.4;
+  const double sm_rate = t.tc_flops_per_s / t.sm_count * eff;
+  const double t_cta = cta_flops * double(ctas) / sm_rate;
+  cost::finish_times(c, t, k, 1.0, 1.0);
+  c.t_tc = double(c.waves) * t_cta;
+  c.t_fill = k.dram_latency_s * double(c.waves);
+  c.bound = c.t_tc >= c.t_dram ? "tensor" : "dram";
+  c.time = c.t_launch + c.t_fixed + std::max(c.t_tc, c.t_dram) + c.t_fill;
+  return c;
+}
+
+using namespace cgen;
+
+namespace {
+
+// sum_g coef[g] * g over the block graph's grid indices (b0, b1, b2), as C++.
+std::string affine(const std::array<int64_t, 3>& coef, int dims) {
+  std::string e;
+  for (int g = 0; g < dims; ++g)
+    if (coef[g] != 0) e += fmt::format("{}{}ll * b{}", e.empty() ? "" : " + ", coef[g], g);
+  return e.empty() ? "0" : e;
+}
+
+}  // namespace
+
+// A graph-defined op that is attention's two-contraction chain (attention.h): a functor with the
+// box coordinates, the elementwise map, the row feeds and the savers, and a launch of the
+// runtime's attention kernel on (blocks x mt / 64) CTAs of 64 rows.
+void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  const std::string fn = "AttnFn_" + kp.kernel;
+  const int dims = static_cast<int>(a.grid.size());
+  const int64_t sub = a.mt / 64;
+  const int R = std::max(1, a.rows);
+  Code& K = x.kernels;
+  K.f("// {}: {}", kp.kernel, kp.strategy());
+  K.open(fmt::format("struct {} {{", fn));
+  K.f("static constexpr int kRows = {};", a.rows);
+  for (size_t i = 0; i < a.stores.size(); ++i) K.f("{}* out{};", ctype(a.stores[i].dtype), i);
+  // CTA (bx, by, bz) is sub-tile bx % sub of graph block (bx / sub, by, bz).
+  auto block_index = [&]() {
+    K.f("const int64_t b0 = bx / {0}, b1 = by, b2 = bz, sub = bx % {0};", sub);
+    K.line("(void)b0; (void)b1; (void)b2; (void)sub;");
+  };
+  K.open("__device__ __forceinline__ kiln::rt::AttnCoords coords(int bx, int by, int bz) const {");
+  block_index();
+  K.line("kiln::rt::AttnCoords c;");
+  K.f("c.a_row = int({} + sub * 64);", affine(a.q.row_coef, dims));
+  K.f("c.a_col = int({});", affine(a.q.col_coef, dims));
+  K.f("c.k_row = int({});", affine(a.k.row_coef, dims));
+  K.f("c.k_col = int({});", affine(a.k.col_coef, dims));
+  K.f("c.v_row = int({});", affine(a.v.row_coef, dims));
+  K.f("c.v_col = int({});", affine(a.v.col_coef, dims));
+  K.line("return c;");
+  K.close();
+  K.open(fmt::format("__device__ __forceinline__ float elem(float s, float (&r)[{}]) const {{", R));
+  K.line("(void)r;");
+  for (const std::string& st : a.elem_statements) K.line(st);
+  for (int j = 0; j < a.rows; ++j) K.f("r[{}] += {};", j, a.feeds[j]);
+  K.f("return {};", a.p);
+  K.close();
+  K.open(fmt::format(
+      "__device__ __forceinline__ void store2(int bx, int by, int bz, int m, int n, float o0, "
+      "float o1, const float (&r)[{}]) const {{",
+      R));
+  K.line("(void)r; (void)n; (void)o0; (void)o1;");
+  block_index();
+  K.line("const int64_t row = m + sub * 64;");
+  for (size_t i = 0; i < a.stores.size(); ++i) {
+    const AttentionStore& st = a.stores[i];
+    if (st.row) continue;
+    K.open("{");
+    K.open("auto f = [&](float o) {");
+    K.line("(void)o;");
+    for (const std::string& l : st.statements) K.line(l);
+    K.f("return {};", st.result);
+    K.close("};");
+    K.f("{}* p = out{} + ({} + row * {}ll + n);", ctype(st.dtype), i, affine(st.base_coef, dims),
+        st.ld);
+    if (st.dtype == DType::F32)
+      K.line("*reinterpret_cast<float2*>(p) = make_float2(f(o0), f(o1));");
+    else
+      K.f("*reinterpret_cast<uint32_t*>(p) = kiln::rt::pack2<{}>(f(o0), f(o1));", ctype(st.dtype));
+    K.close();
+  }
+  K.close();
+  K.open(fmt::format(
+      "__device__ __forceinline__ void store_row(int bx, int by, int bz, int m, const float "
+      "(&r)[{}]) const {{",
+      R));
+  K.line("(void)r;");
+  block_index();
+  K.line("const int64_t row = m + sub * 64;");
+  for (size_t i = 0; i < a.stores.size(); ++i) {
+    const AttentionStore& st = a.stores[i];
+    if (!st.row) continue;
+    K.open("{");
+    for (const std::string& l : st.statements) K.line(l);
+    K.f("out{}[{} + row * {}ll] = kiln::rt::from_f32<{}>({});", i, affine(st.base_coef, dims),
+        st.ld, ctype(st.dtype), st.result);
+    K.close();
+  }
+  K.close();
+  K.close("};");
+  K.line("");
+
+  std::vector<std::string> outs;
+  for (const AttentionStore& st : a.stores) outs.push_back(x.ptr(op.outputs[st.io]));
+  int64_t g[3] = {1, 1, 1};
+  for (int d = 0; d < dims; ++d) g[d] = a.grid[d];
+  auto view = [](const AttentionView& v) {
+    return fmt::format("kiln::rt::AttnView{{{}ll, {}ll, {}ll}}", v.rows, v.cols, v.cols);
+  };
+  Code& L = x.launch;
+  L.open("{");
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
+      a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false", min_blocks,
+      key_split);
+  L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
+  L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
+      x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),
+      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], a.keys / chunk);
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
 }
 
 }  // namespace kiln

@@ -16,24 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/lowering.h"
+#include "kiln/codegen/lowerings/gemv.h"
 #include "kiln/ir/block_graph.h"
 #include "kiln/ir/target.h"
 
 namespace kiln {
-
-// The TMA-streamed GEMV's configuration (runtime/gemv_tma.cuh) for M <= 32 rows, from the
-// planner's measured rule (codegen/schedule.cpp, gemv_tma_shape).
-struct GemvTmaShape {
-  int64_t mt = 1;  // m-tiles of 8 rows (1, 2 or 4: the wgmma n of 8 MT)
-  int64_t bn = 0, bk = 0, stages = 0, splits = 1;
-  int64_t grid = 0;  // ceil(N / bn) * splits blocks
-  int64_t smem = 0;  // dynamic shared memory per block
-};
-// The configuration for Y[M, N] = epi(X[M, K] W_j[K, N]) with nw (1 or 2) weights on target t,
-// or nullopt where the planner keeps another kernel (not sm_90a, M > 32, weights under 8 MB, more
-// than 256 columns per SM, or shapes the TMA boxes cannot take).
-std::optional<GemvTmaShape> gemv_tma_shape(int64_t m, int64_t n, int64_t k, int nw,
-                                           const Target& t);
 
 struct ContractionPlan {
   int a = -1;                   // block-graph input index of A [M, K]
@@ -56,5 +44,12 @@ struct ContractionPlan {
 // are not mostly padding, or M at most 32 where gemv_tma_shape gives a configuration), else
 // nullopt.
 std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t);
+
+// The lowering: the contraction as the runtime's wgmma GEMM, or at decode rows (c.gemv) as the
+// TMA GEMV, with the epilogue as a functor.
+struct ContractionKernel {
+  ContractionPlan c;
+  KILN_LOWERING(ContractionKernel);
+};
 
 }  // namespace kiln

@@ -1,9 +1,12 @@
-// match_contraction: see include/kiln/codegen/contraction.h for the contract.
-#include "kiln/codegen/contraction.h"
+// The contraction lowering: match_contraction (the contract is in
+// include/kiln/codegen/lowerings/contraction.h), then the plan, its cost and its emission.
+#include "kiln/codegen/lowerings/contraction.h"
 
 #include <map>
 
-#include "emit_util.h"
+#include "../cost_util.h"
+#include "../emit_internal.h"
+#include "kiln/codegen/schedule.h"
 
 namespace kiln {
 
@@ -191,6 +194,97 @@ std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Tar
   Matcher m(bg, t);
   if (!m.run(plan)) return std::nullopt;
   return plan;
+}
+
+std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx, int k,
+                                                          KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::GraphDefined || !ctx.opt.lowerings) return std::nullopt;
+  std::optional<ContractionPlan> c = match_contraction(*op.block, ctx.t);
+  if (!c) return std::nullopt;
+  if (const std::optional<GemvTmaShape>& v = c->gemv) {
+    // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
+    kp.splits = static_cast<int>(v->splits);
+    kp.grid = v->grid;
+    kp.threads = 160;
+    kp.smem = v->smem;
+  } else {
+    kp.grid = cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128);
+    kp.threads = 384;
+    kp.smem = kp.block->smem_bytes;
+  }
+  return ContractionKernel{std::move(*c)};
+}
+
+std::string ContractionKernel::describe() const {
+  const char* plural = c.b.size() > 1 ? "s" : "";
+  if (const std::optional<GemvTmaShape>& v = c.gemv)
+    return fmt::format("gemv tma contraction ({} weight{}, {}x{} s{}, {} split{})", c.b.size(),
+                       plural, v->bn, v->bk, v->stages, v->splits, v->splits > 1 ? "s" : "");
+  return fmt::format("wgmma_ws contraction ({} weight{}, 128x128x64 tiles)", c.b.size(), plural);
+}
+
+KernelCost ContractionKernel::cost(const CostContext& x) const {
+  return cost::contraction_cost(x.op.name, c, x.op.block->inputs, x.t);
+}
+
+using namespace cgen;
+
+// A graph-defined op that is a GEMM with an elementwise epilogue (contraction.h): an epilogue
+// functor evaluated at each output element, and a launch of the runtime's warp-specialized
+// TMA + wgmma GEMM (128 x 128 x 64 tiles, 4 stages for one weight, 3 for two).
+void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  const BlockGraph& bg = *op.block;
+  const std::string epi = "Epi_" + kp.kernel;
+  Code& K = x.kernels;
+  K.f("// {}: {} = epilogue(A[{}, {}] x B[{}, {}]) ({})", kp.kernel, bg.outputs[0].name, c.m, c.k,
+      c.k, c.n, kp.strategy());
+  K.open(fmt::format("struct {} {{", epi));
+  for (size_t e = 0; e < c.epi_inputs.size(); ++e)
+    K.f("const {}* e{}_ptr;", ctype(bg.inputs[c.epi_inputs[e]].dtype), e);
+  if (c.gemv) {
+    // The GEMV's epilogue interface (runtime/gemv.cuh): one more argument, the row's sum of
+    // squares, which this functor does not ask for.
+    K.line("static constexpr bool kRowSumSq = false;");
+    K.open(
+        "__device__ __forceinline__ float operator()(float v0, float v1, int m, int n, float) "
+        "const {");
+  } else {
+    K.open("__device__ __forceinline__ float operator()(float v0, float v1, int m, int n) const {");
+  }
+  K.line("(void)v0; (void)v1; (void)m; (void)n;");
+  if (!c.epi_inputs.empty()) K.f("const int64_t at = int64_t(m) * {} + n;", c.n);
+  for (size_t e = 0; e < c.epi_inputs.size(); ++e)
+    K.f("const float e{0} = kiln::rt::to_f32(e{0}_ptr[at]);", e);
+  for (const std::string& st : c.epi_statements) K.line(st);
+  K.f("return {};", c.result);
+  K.close();
+  K.close("};");
+  K.line("");
+
+  const int nb = static_cast<int>(c.b.size());
+  const int stages = nb == 1 ? 6 : 4;  // the measured best (runtime/wgmma.cuh, WgmmaGemmWS)
+  std::vector<std::string> epi_args;
+  for (int e : c.epi_inputs) epi_args.push_back(x.ptr(op.inputs[e]));
+  Code& L = x.launch;
+  L.open("{");
+  if (const std::optional<GemvTmaShape>& v = c.gemv) {
+    L.f("err = kiln::rt::gemv_tma_launch<{}, {}, {}, {}, {}, {}, {}, 1, {}>({}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
+        ctype(c.ab), ctype(c.out), v->mt, nb, v->bn, v->bk, v->stages, epi, x.ptr(op.inputs[c.a]),
+        c.k, x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]),
+        c.n, c.m, c.n, c.k, v->splits, epi, fmt::join(epi_args, ", "));
+    L.line("if (err != cudaSuccess) return err;");
+    L.close();
+    return;
+  }
+  L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, {}, {}>, {}, {}>({}, {}, "
+      "{}, {}, {}, {}, {}, {}, {}, {}, {}{{{}}}, stream);",
+      ctype(c.ab), nb, stages, ctype(c.out), epi, x.ptr(op.inputs[c.a]), c.k,
+      x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]), c.n, x.ptr(op.outputs[0]), c.n, c.m,
+      c.n, c.k, epi, fmt::join(epi_args, ", "));
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
 }
 
 }  // namespace kiln

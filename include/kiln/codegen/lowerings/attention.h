@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/lowering.h"
 #include "kiln/ir/block_graph.h"
 #include "kiln/ir/target.h"
 
@@ -71,5 +72,13 @@ struct AttentionPlan {
 // inner dims of the three inputs multiples of 8 for TMA), else nullopt.
 std::optional<AttentionPlan> match_attention(const BlockGraph& bg, const Target& t, bool lossy_f16,
                                              bool lossy_bf16);
+
+// The lowering: the runtime's TMA + wgmma attention kernel, each block of the graph as mt / 64
+// CTAs of key_split consumer warpgroups that split its keys, keys in chunks of `chunk`.
+struct AttentionKernel {
+  AttentionPlan a;
+  int chunk = 64, stages = 4, min_blocks = 2, key_split = 1;
+  KILN_LOWERING(AttentionKernel);
+};
 
 }  // namespace kiln

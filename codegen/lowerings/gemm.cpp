@@ -1,0 +1,172 @@
+// Predefined matmuls past decode rows: the wgmma GEMM (sm_90a), mma.sync tiles, FMA.
+#include "kiln/codegen/lowerings/gemm.h"
+
+#include <algorithm>
+
+#include "../cost_util.h"
+#include "matmul_view.h"
+
+namespace kiln {
+
+using namespace cgen;
+using namespace cost;
+
+std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, int k,
+                                                      KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (!tensor_core_operands(ctx, op, s) || s.batch != 1 || s.M <= 64 || ctx.t.arch != Arch::Sm90a)
+    return std::nullopt;
+  // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
+  kp.threads = 384;
+  kp.grid = cdiv(s.N, 128) * cdiv(s.M, 128);
+  return WgmmaGemmKernel{};
+}
+
+std::string WgmmaGemmKernel::describe() const {
+  return "wgmma_ws 128x128x64 s6";
+}
+
+// Modeled as the runtime kernel it runs: like a lowered contraction with one weight and no
+// epilogue.
+KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
+  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+  ContractionPlan p;
+  p.m = a.shape[a.shape.size() - 2];
+  p.k = a.shape.back();
+  p.n = b.shape.back();
+  p.a = 0;
+  p.b = {1};
+  p.out = x.g.tensor(x.op.outputs[0]).dtype;
+  KernelCost c = contraction_cost(x.op.name, p, {a, b}, x.t);
+  c.graph_defined = false;
+  return c;
+}
+
+void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  const auto& M = m.M;
+  const auto& K = m.K;
+  const auto& N = m.N;
+  const auto& TA = m.TA;
+  const auto& TO = m.TO;
+  Code& L = m.L;
+  L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6>, {}, "
+      "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+      "kiln::rt::WgmmaEpiIdentity(), stream);",
+      TA, TO, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
+      x.ptr(op.outputs[0]), N, M, N, K);
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
+std::optional<GemmTcKernel> GemmTcKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (!tensor_core_operands(ctx, op, s)) return std::nullopt;
+  GemmTcKernel p;
+  p.small = s.M <= 64;
+  kp.threads = p.small ? 128 : 256;
+  kp.smem = p.small ? 4 * (64 * 32 + 32 * 128) * 2 : 3 * (128 * 32 + 32 * 128) * 2;
+  kp.grid = cdiv(s.N, 128) * cdiv(s.M, p.small ? 64 : 128) * s.batch;
+  // Split K when the tiles cannot fill the machine (float32 partials, then a sum).
+  if (kp.grid < ctx.t.sm_count && s.K >= 512) {
+    int64_t splits = std::min<int64_t>({cdiv(2 * ctx.t.sm_count, kp.grid), s.K / 256, 16});
+    int64_t chunk = cdiv(cdiv(s.K, splits), 32) * 32;
+    splits = cdiv(s.K, chunk);
+    if (splits > 1) {
+      kp.splits = static_cast<int>(splits);
+      kp.grid *= splits;
+      kp.scratch_bytes = splits * s.batch * s.M * s.N * 4;
+    }
+  }
+  return p;
+}
+
+std::string GemmTcKernel::describe() const {
+  return small ? "gemm_tc 64x128x32 s4" : "gemm_tc 128x128x32 s3";
+}
+
+KernelCost GemmTcKernel::cost(const CostContext& x) const {
+  return predefined_kernel_cost(x);
+}
+
+void GemmTcKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  const auto& M = m.M;
+  const auto& K = m.K;
+  const auto& N = m.N;
+  const auto& TA = m.TA;
+  const auto& TO = m.TO;
+  const auto& ob = m.ob;
+  const auto& as = m.as;
+  const auto& bs = m.bs;
+  Code& L = m.L;
+  std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", TA)
+                          : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", TA);
+  int bm = small ? 64 : 128;
+  L.f("using Cfg = {};", cfg);
+  L.f("constexpr auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", TO);
+  L.line(
+      "if ((err = kiln::rt::raise_smem_limit_once<kern>(Cfg::kSmemBytes)) != cudaSuccess) "
+      "return err;");
+  int64_t nb = ob[0] * ob[1];
+  int64_t chunk = kp.splits > 1 ? cdiv(cdiv(K, kp.splits), 32) * 32 : K;
+  std::string part = kp.splits > 1
+                         ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
+                         : "nullptr";
+  L.f("kern<<<dim3({}, {}, {}), Cfg::kThreads, Cfg::kSmemBytes, stream>>>({}, {}, {}, {}, {}, "
+      "{}, {}, {}, {}ll, {}ll, {}ll, {}ll, {}, {});",
+      cdiv(N, 128), cdiv(M, bm), nb * kp.splits, x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
+      x.ptr(op.outputs[0]), M, N, K, nb, ob[1], as[0], as[1], bs[0], bs[1], chunk, part);
+  launch_check(L);
+  if (kp.splits > 1) {
+    int64_t count = nb * M * N;
+    L.f("kiln::cg::splitk_sum_kernel<{}><<<{}, 256, 0, stream>>>({}, {}, {}, {}ll);", TO,
+        std::min<int64_t>(cdiv(count, 256), 4096), part, x.ptr(op.outputs[0]), kp.splits, count);
+    launch_check(L);
+  }
+  L.close();
+}
+
+std::optional<FmaKernel> FmaKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  kp.threads = 256;
+  kp.grid = cdiv(s.N, 32) * cdiv(s.M, 32) * s.batch;
+  return FmaKernel{};
+}
+
+std::string FmaKernel::describe() const {
+  return "fma 32x32";
+}
+
+KernelCost FmaKernel::cost(const CostContext& x) const {
+  return predefined_kernel_cost(x);
+}
+
+void FmaKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  const auto& M = m.M;
+  const auto& K = m.K;
+  const auto& N = m.N;
+  const auto& TA = m.TA;
+  const auto& TO = m.TO;
+  const auto& ob = m.ob;
+  const auto& as = m.as;
+  const auto& bs = m.bs;
+  const auto& b = m.b;
+  Code& L = m.L;
+  L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
+      "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",
+      TA, ctype(b.dtype), TO, cdiv(N, 32), cdiv(M, 32), ob[0] * ob[1], x.ptr(op.inputs[0]),
+      x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), M, N, K, ob[1], as[0], as[1], bs[0], bs[1]);
+  launch_check(L);
+  L.close();
+}
+
+}  // namespace kiln

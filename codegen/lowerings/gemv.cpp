@@ -1,0 +1,216 @@
+// Predefined matmuls of decode rows: the runtime's GEMV, register- or TMA-streamed.
+#include "kiln/codegen/lowerings/gemv.h"
+
+#include <algorithm>
+
+#include "../cost_util.h"
+#include "matmul_view.h"
+
+namespace kiln {
+
+using namespace cgen;
+
+namespace {
+
+int64_t align_up(int64_t a, int64_t b) {
+  return (a + b - 1) / b * b;
+}
+
+}  // namespace
+
+// The TMA-streamed GEMV (runtime gemv_tma.cuh) for Y = epi(X W_0[, X W_1]) with M <= 32 rows of X
+// on sm_90a, or nullopt where the register-streamed GEMV stays (sm_80, weights under 8 MB, N past
+// 256 columns per SM, strides TMA cannot take). The rule, measured on the H100 (tests/gpu/
+// gemv_tma_sweep.cu, 2026-11-25; docs/runtime.md has the table):
+//   - one block per SM, each with a ring of 4 stages of 32 KB of weight (BK = 16384 / (nw BN) rows
+//     of K per stage, at least 64; fewer stages where X's panels or a second weight would not fit):
+//     with the ring that large, a block streams ~27 GB/s and more blocks per SM only unbalance the
+//     SMs (N6144 K4096 M32: 19.3 us at 96 blocks of 193 KB, 21.5 at 192 of 97 KB);
+//   - BN, the columns per block: the narrowest of 64, 128, 256 whose column blocks fit on the SMs
+//     at one block each (N16384: 128 x 128 columns, 71.6-73.3 us for M 1-32; 256 blocks of 64
+//     columns at two per SM: 73.0-74.4);
+//   - split-K (a cluster of `splits` blocks per column block) only until the rings hold 8 MB in
+//     flight (Little's law: ~3 TB/s x ~2.7 us), one block per SM at most, at most 8 splits, and
+//     each split streaming at least two full rings: N2304 K16384 (36 column blocks): 2 splits,
+//     28.0 / 28.9 us at M 1 / 32 where the register GEMV takes 28.5 / 31.2; the runtime's
+//     two-weight N4096 (64 column blocks, 8 MB): none, 24.2 us against 25.1 with 2; K2048 N2048:
+//     none (6.5 us, 7.1 with 2).
+// Against the register GEMV as planned below, on 25 shapes (M 1-32, N 2048-32000, K 2048-16384,
+// 8-436 MB of weight, with and without the fused rms_norm, one and two weights): 0.53-0.99 of its
+// time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
+// 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw,
+                                           const Target& t) {
+  if (t.arch != Arch::Sm90a || M > 32 || M < 1 || nw < 1 || nw > 2) return std::nullopt;
+  if (N % 8 != 0 || K % 8 != 0 || N < 8) return std::nullopt;  // TMA strides, 16-byte stores
+  if (K * N * 2 * nw < (int64_t(8) << 20)) return std::nullopt;
+  const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;  // wgmma n in {8, 16, 32}
+  int64_t bn = 64;
+  while (bn < 256 && cdiv(N, bn) > sms) bn *= 2;
+  const int64_t cb = cdiv(N, bn);
+  if (cb > sms) return std::nullopt;
+  const int64_t bk = std::max<int64_t>(64, 16384 / (nw * bn));
+  auto smem = [&](int64_t st) {
+    return std::max(st * (nw * bn * bk * 2 + 8 * mt * bk * 2), nw * 8 * mt * (bn + 4) * 4) + 1024;
+  };
+  int64_t st = 4;
+  // The block's static shared memory (mbarriers, row sums) needs well under 2 KB.
+  while (st > 2 && smem(st) + 2048 > t.smem_per_block) --st;
+  const int64_t ring_w = st * nw * bn * bk * 2;
+  int64_t splits = 1;
+  while (splits < 8 && cb * splits * ring_w < (int64_t(8) << 20) && cb * (splits + 1) <= sms &&
+         K >= (splits + 1) * 2 * st * bk)
+    ++splits;
+  GemvTmaShape c;
+  c.mt = mt;
+  c.bn = bn;
+  c.bk = bk;
+  c.stages = st;
+  c.splits = splits;
+  c.grid = cb * splits;
+  c.smem = smem(st);
+  return c;
+}
+
+std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
+  const KernelGraph& g = ctx.g;
+  const KernelOp& op = g.ops[k];
+  const Target& t = ctx.t;
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(g, op);
+  const int64_t M = s.M, N = s.N, K = s.K;
+  if (!tensor_core_operands(ctx, op, s) || s.batch != 1 || M > 32 || K % 4 != 0 ||
+      (N * dtype_bytes(s.out.dtype)) % 16 != 0)
+    return std::nullopt;
+  GemvKernel p;
+  // Where 64-column slabs already give 1.5 blocks per SM: 1 x 8 warps per slab, no
+  // split-K (no partials, no second pass). Otherwise 1 x 4 warps per slab and k-splits
+  // for about 2.5 blocks per SM. Measured on the H100 (tests/gpu/gemv_sweep.cu,
+  // 2026-11-24; cluster split-K below): the time jumps by up to 40% once blocks pass
+  // about 3 per SM (N6144 K4096 m32: 22.5 us at 96x3, 30.5 at 96x4; N2304 K16384 m16
+  // 29.4 at 36x8), and 2 per SM leaves 5-10% on the table (N6144 m16 22.8 at 96x2
+  // against 20.6 at 96x3). Against the former 2 x 4 warps at 2 blocks per SM: N2304
+  // m1 28.5 us against 31.3, N6144 m16 20.6 against 23.6.
+  // UNROLL 2 (two k-steps of loads in flight per warp); four m-tiles (M > 24) hold 64
+  // accumulator floats per lane, so they run 2 blocks per SM there (N2304 m32 31.1 us
+  // against 35.0 with UNROLL 1 at 3 per SM), and UNROLL 1 in the 8-warp blocks.
+  const int64_t slabs = cdiv(N, 64);
+  const int mt = static_cast<int>(cdiv(M, 8));
+  const bool wide = 2 * slabs >= 3 * int64_t(t.sm_count);
+  p.warps_n = 1;
+  p.warps_k = wide ? 8 : 4;
+  p.min_blocks = wide || mt >= 4 ? 2 : 3;
+  p.unroll = wide && mt >= 4 ? 1 : 2;
+  const int64_t col_blocks = slabs;
+  int splits =
+      wide ? 1 : static_cast<int>(std::max<int64_t>(1, 5 * int64_t(t.sm_count) / (2 * col_blocks)));
+  // At least 256 rows of K per warp, so each streams enough to amortize the reduction.
+  splits = static_cast<int>(std::min<int64_t>(splits, std::max<int64_t>(1, K / (256 * p.warps_k))));
+  // On sm_90a the k-splits of a column block form one thread-block cluster and sum
+  // through distributed shared memory (runtime gemv_cluster_kernel): no float32
+  // workspace, no counters to reset (a memset node per call), no last-block pass
+  // through L2. A cluster has at most 8 CTAs.
+  p.cluster = t.arch == Arch::Sm90a && splits > 1;
+  if (p.cluster) splits = std::min(splits, 8);
+  int64_t chunk = align_up(cdiv(K, splits), 16);
+  splits = static_cast<int>(cdiv(K, chunk));
+  if (splits == 1) p.cluster = false;
+  kp.splits = splits;
+  kp.threads = 32 * p.warps_n * p.warps_k;
+  kp.grid = col_blocks * splits;
+  // The TMA-streamed GEMV where gemv_tma_shape gives a configuration (one weight).
+  if (std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t)) {
+    p.tma = c;
+    p.cluster = false;
+    kp.splits = static_cast<int>(c->splits);
+    kp.threads = 160;
+    kp.smem = c->smem;
+    kp.grid = c->grid;
+  }
+  // rms_norm(X) W with a weightless rms_norm that nothing else reads: one GEMV with
+  // the runtime's row-rms epilogue, diag(1 / rms(X)) (X W), which sums X^2 from the X
+  // values the GEMV loads anyway; the rms_norm kernel and its round trip through
+  // memory go (H100: the separate rms_norm kernel plus its graph node cost ~2 us in
+  // front of a ~20 us GEMV).
+  const int a_id = op.inputs[0];
+  const int pr = g.producer(a_id);
+  if (pr >= 0 && g.ops[pr].kind == OpKind::RmsNorm && g.ops[pr].inputs.size() == 1 &&
+      !ctx.is_output.count(a_id) && ctx.consumers[a_id] == 1 &&
+      g.tensor(g.ops[pr].inputs[0]).dtype == s.a.dtype &&
+      g.tensor(g.ops[pr].inputs[0]).shape == s.a.shape) {
+    p.rms = true;
+    if (p.tma) kp.threads = 192;  // + the row-sum-of-squares warp
+    kp.prologue_op = pr;
+    kp.prologue_stores = false;
+  }
+  if (splits > 1 && !p.cluster && !p.tma) {
+    kp.scratch_bytes =
+        col_blocks * splits * (p.warps_n * mt * 512 + (p.rms ? mt * 8 : 0)) * 4 + col_blocks * 4;
+  }
+  return p;
+}
+
+std::string GemvKernel::describe() const {
+  std::string s = tma ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages) : "gemv";
+  return rms ? s + " rms_norm" : s;
+}
+
+// The runtime GEMV streams the weight near copy bandwidth; the TMA GEMV (the same runtime kernel
+// as a lowered decode contraction) saturates DRAM from fewer SMs than the other kernels.
+KernelCost GemvKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  return predefined_kernel_cost(x, k.gemv_efficiency,
+                                tma ? k.gemv_tma_saturation : k.dram_saturation);
+}
+
+void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  const auto& M = m.M;
+  const auto& K = m.K;
+  const auto& N = m.N;
+  const auto& TA = m.TA;
+  const auto& TO = m.TO;
+  Code& L = m.L;
+  int mt = static_cast<int>(cdiv(M, 8));
+  // A prologue here is A = rms_norm(X) (GemvKernel::match took it over): read X, scale rows at the
+  // end.
+  const KernelOp* rms_op = rms ? &x.g.ops[kp.prologue_op] : nullptr;
+  const int a_in = rms ? rms_op->inputs[0] : op.inputs[0];
+  const std::string epi = rms ? fmt::format("kiln::rt::GemvRmsNorm{{{}, {}}}",
+                                            flit(1.0 / double(K)), flit(rms_op->attrs.eps))
+                              : std::string("kiln::rt::GemvIdentity()");
+  // Template arguments and operands shared by both launchers; unroll and blocks per SM are
+  // plan_schedule's gemv rule.
+  const std::string targs =
+      fmt::format("{}, {}, {}, 1, {}, {}, {}, {}, {}", TA, TO, mt, warps_n, warps_k, unroll,
+                  min_blocks, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+  const std::string operands =
+      fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), K, x.ptr(op.inputs[1]),
+                  x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
+  if (const std::optional<GemvTmaShape>& v = tma) {
+    // The TMA-streamed GEMV.
+    const std::string tma_targs =
+        fmt::format("{}, {}, {}, 1, {}, {}, {}, 1, {}", TA, TO, v->mt, v->bn, v->bk, v->stages,
+                    rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+    L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
+  } else if (cluster) {
+    L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
+  } else {
+    if (kp.splits > 1) {
+      int64_t col_blocks = cdiv(N, 64 * warps_n);
+      L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
+      L.f("int* counters = reinterpret_cast<int*>(ws + {});",
+          kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);
+      L.f("if ((err = cudaMemsetAsync(counters, 0, {}, stream)) != cudaSuccess) return err;",
+          col_blocks * 4);
+    } else {
+      L.line("float* gw = nullptr;");
+      L.line("int* counters = nullptr;");
+    }
+    L.f("err = kiln::rt::gemv_launch<{}>({}, gw, counters, stream, {});", targs, operands, epi);
+  }
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
+}  // namespace kiln

@@ -1,0 +1,66 @@
+// What the predefined matmul lowerings (gemv.cpp, gemm.cpp) share: a matmul's operands and
+// extents, the broadcast strides of batched operands, and the launch scope they write into.
+#pragma once
+
+#include "../emit_internal.h"
+#include "kiln/codegen/schedule.h"
+
+namespace kiln::cgen {
+
+// Predefined matmul op of g: A [.., M, K] x B [.., K, N] -> [.., M, N].
+struct MatmulShape {
+  const TensorDesc& a;
+  const TensorDesc& b;
+  const TensorDesc& out;
+  int64_t M, K, N;
+  int64_t batch;  // output elements / (M N)
+  MatmulShape(const KernelGraph& g, const KernelOp& op)
+      : a(g.tensor(op.inputs[0])),
+        b(g.tensor(op.inputs[1])),
+        out(g.tensor(op.outputs[0])),
+        M(a.shape[a.shape.size() - 2]),
+        K(a.shape.back()),
+        N(b.shape.back()),
+        batch(numel(out.shape) / (M * N)) {}
+};
+
+// Whether the runtime's tensor-core kernels can take the matmul: operands of one 16-bit type, not
+// folded constants, K and N multiples of 8.
+inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, const MatmulShape& m) {
+  return !ctx.is_const(op.inputs[0]) && !ctx.is_const(op.inputs[1]) && m.a.dtype == m.b.dtype &&
+         m.a.dtype != DType::F32 && m.K % 8 == 0 && m.N % 8 == 0;
+}
+
+// The emitter's view: batch dims of the output (at most 2 for rank 4) and each operand's
+// broadcast strides; constructing it writes the kernel comment and opens the launch scope, which
+// the lowering closes with L.close().
+struct MatmulView : MatmulShape {
+  Shape ob;
+  std::vector<int64_t> as, bs;
+  const char* TA;
+  const char* TO;
+  Code& L;
+  MatmulView(GraphCtx& x, const KernelOp& op, const KernelPlan& kp)
+      : MatmulShape(x.g, op), TA(ctype(a.dtype)), TO(ctype(out.dtype)), L(x.launch) {
+    ob.assign(out.shape.begin(), out.shape.end() - 2);
+    while (ob.size() < 2) ob.insert(ob.begin(), 1);
+    auto bstrides = [&](const TensorDesc& t) {
+      Shape tb(t.shape.begin(), t.shape.end() - 2);
+      std::vector<int64_t> st = strides_of(t.shape);
+      std::vector<int64_t> r(2, 0);
+      for (size_t k = 0; k < tb.size(); ++k) {
+        size_t od = k + (2 - tb.size());
+        if (tb[k] != 1) r[od] = st[k];
+      }
+      return r;
+    };
+    as = bstrides(a);
+    bs = bstrides(b);
+    x.kernels.f("// {}: matmul [{}] x {} x {} x {} ({})", kp.kernel, ob[0] * ob[1], M, N, K,
+                kp.strategy());
+    x.kernels.line("");
+    L.open("{");
+  }
+};
+
+}  // namespace kiln::cgen

@@ -1,0 +1,38 @@
+// Predefined matmuls of at most 32 rows of tensor-core operands: the runtime's GEMV, weight
+// streamed once, register-streamed (split-K through a cluster on sm_90a or a workspace pass) or
+// TMA-streamed (gemv_tma.cuh, sm_90a, large weights); a weightless rms_norm of A that nothing else
+// reads is taken over as the row-rms epilogue.
+#pragma once
+
+#include <optional>
+
+#include "kiln/codegen/lowering.h"
+
+namespace kiln {
+
+// The TMA-streamed GEMV's configuration (runtime/gemv_tma.cuh) for M <= 32 rows, from the
+// planner's measured rule (codegen/lowerings/gemv.cpp, gemv_tma_shape).
+struct GemvTmaShape {
+  int64_t mt = 1;  // m-tiles of 8 rows (1, 2 or 4: the wgmma n of 8 MT)
+  int64_t bn = 0, bk = 0, stages = 0, splits = 1;
+  int64_t grid = 0;  // ceil(N / bn) * splits blocks
+  int64_t smem = 0;  // dynamic shared memory per block
+};
+// The configuration for Y[M, N] = epi(X[M, K] W_j[K, N]) with nw (1 or 2) weights on target t,
+// or nullopt where the planner keeps another kernel (not sm_90a, M > 32, weights under 8 MB, more
+// than 256 columns per SM, or shapes the TMA boxes cannot take).
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t m, int64_t n, int64_t k, int nw,
+                                           const Target& t);
+
+struct GemvKernel {
+  // The register-streamed GEMV: warps along N (64 columns each) and K per block, __launch_bounds__
+  // blocks per SM, k-steps of loads in flight per warp, split-K across a cluster (sm_90a, <= 8).
+  int warps_n = 2, warps_k = 4, min_blocks = 2, unroll = 2;
+  bool cluster = false;
+  // Set where the matmul runs as the TMA-streamed GEMV instead (the fields above do not apply).
+  std::optional<GemvTmaShape> tma;
+  bool rms = false;  // A = rms_norm(X) is done here (KernelPlan::prologue_op)
+  KILN_LOWERING(GemvKernel);
+};
+
+}  // namespace kiln
