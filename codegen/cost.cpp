@@ -107,7 +107,7 @@ void add_split_round_trip(KernelCost& c, const CostConstants& k) {
 }
 
 // A graph-defined GEMM with an elementwise epilogue that the emitter lowers to the runtime's
-// warp-specialized wgmma mainloop (codegen/contraction.h): 128 x 128 output tiles, each a block
+// warp-specialized wgmma mainloop (kiln/codegen/lowerings/contraction.h): 128 x 128 output tiles, each a block
 // on its own SM. Tensor-core efficiency from the H100 timings of that kernel (docs/runtime.md:
 // 4096^3 one weight 699 TFLOP/s, two weights 711 TFLOP/s with the persistent kernel, at 0.97
 // wave efficiency: about the target's 690 TFLOP/s rate).
@@ -161,27 +161,13 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
 
 using namespace cost;
 
-KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
-  const CostConstants& k = cost_constants(t.arch);
-  // The kernel runs the planner's re-tiled loop when it has one (codegen/schedule.h).
-  const BlockGraph& bg = plan && plan->retiled ? *plan->retiled : *op.block;
-  KernelCost c;
-  c.name = op.name;
-  c.graph_defined = true;
-  c.blocks = bg.num_blocks();
-  c.iterations = bg.num_iterations();
-  BlockResources r = block_resources(bg);
-  c.smem_per_block = r.smem_bytes;
-  c.regs_per_thread = r.regs_per_thread;
-  int64_t smem_sm = t.smem_per_block + 1024;
-  int64_t bps = std::min<int64_t>(32, 2048 / bg.block_threads);
-  bps = std::min<int64_t>(bps, smem_sm / (r.smem_bytes + 1024));
-  bps = std::min<int64_t>(bps, t.regs_per_sm / (int64_t(r.regs_per_thread) * bg.block_threads));
-  c.blocks_per_sm = static_cast<int>(std::max<int64_t>(1, bps));
-  int64_t slots = int64_t(t.sm_count) * c.blocks_per_sm;
-  c.waves = (c.blocks + slots - 1) / slots;
-  double B = double(c.blocks), I = double(c.iterations);
+namespace {
 
+// The traffic and work of block graph bg's ops over B blocks of I iterations: DRAM, L2 and shared
+// memory bytes, tensor-core and CUDA-core flops; loop_in / invariant_in receive the input tile
+// bytes one block loads per iteration / once.
+void count_block_ops(const BlockGraph& bg, const BlockSchedule* plan, const CostConstants& k,
+                     double B, double I, KernelCost& c, double& loop_in, double& invariant_in) {
   // Which tiles live in registers (consumed only by accumulators) and how often each is used.
   size_t n = bg.ops.size();
   std::vector<int> uses(n, 0);
@@ -191,7 +177,6 @@ KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSche
       uses[i]++;
       if (op_info(o.kind).cls != OpClass::Accum) only_accum[i] = false;
     }
-  double loop_in = 0, invariant_in = 0;  // input tile bytes of one block (per iteration: loop)
   for (size_t i = 0; i < n; ++i) {
     const BlockOp& o = bg.ops[i];
     const OpInfo& info = op_info(o.kind);
@@ -257,6 +242,33 @@ KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSche
       staged = plan->tiles[i].home == TileHome::Smem || plan->tiles[i].home == TileHome::Global;
     if (staged) c.smem_bytes += elems * 4 * (1 + uses[i]) * mult;
   }
+}
+
+}  // namespace
+
+KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
+  const CostConstants& k = cost_constants(t.arch);
+  // The kernel runs the planner's re-tiled loop when it has one (codegen/schedule.h).
+  const BlockGraph& bg = plan && plan->retiled ? *plan->retiled : *op.block;
+  KernelCost c;
+  c.name = op.name;
+  c.graph_defined = true;
+  c.blocks = bg.num_blocks();
+  c.iterations = bg.num_iterations();
+  BlockResources r = block_resources(bg);
+  c.smem_per_block = r.smem_bytes;
+  c.regs_per_thread = r.regs_per_thread;
+  int64_t smem_sm = t.smem_per_block + 1024;
+  int64_t bps = std::min<int64_t>(32, 2048 / bg.block_threads);
+  bps = std::min<int64_t>(bps, smem_sm / (r.smem_bytes + 1024));
+  bps = std::min<int64_t>(bps, t.regs_per_sm / (int64_t(r.regs_per_thread) * bg.block_threads));
+  c.blocks_per_sm = static_cast<int>(std::max<int64_t>(1, bps));
+  int64_t slots = int64_t(t.sm_count) * c.blocks_per_sm;
+  c.waves = (c.blocks + slots - 1) / slots;
+  double B = double(c.blocks), I = double(c.iterations);
+
+  double loop_in = 0, invariant_in = 0;  // input tile bytes of one block (per iteration: loop)
+  count_block_ops(bg, plan, k, B, I, c, loop_in, invariant_in);
   double sm = t.sm_count;
   double busy = std::min(B, sm);
   double dram_u = std::min(1.0, busy / (k.dram_saturation * sm));

@@ -1,8 +1,7 @@
-// The emitter's driver: one standalone .cu per kernel graph. Predefined ops get generic kernels
-// (elementwise with broadcast and 16-byte vectors, gather transposes, row/column reductions,
-// softmax and rms_norm, tensor-core GEMM/GEMV or an FMA matmul); graph-defined ops get the
-// kernel emit_block.cpp writes from their block graph. The launch function places every tensor
-// (arguments, or the workspace for intermediates) and enqueues the kernels in graph order.
+// The emitter's driver: one standalone .cu per kernel graph. Each op's kernel and launch come
+// from the lowering its plan names (kiln/codegen/lowerings.h; codegen/lowerings/). The launch
+// function places every tensor (arguments, or the workspace for intermediates) and enqueues the
+// kernels in graph order.
 #include <algorithm>
 #include <array>
 #include <set>

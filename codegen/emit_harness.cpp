@@ -12,6 +12,7 @@
 // f32 range (an intermediate beyond FLT_MAX or not finite): such a check is printed as exempt and
 // neither passes nor fails.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -23,7 +24,6 @@ namespace kiln {
 namespace cgen {
 
 namespace {
-
 
 // ---- the float64 reference ------------------------------------------------------------------
 
@@ -59,150 +59,84 @@ void ref_launch(RefCtx& x, const std::string& kernel, int64_t work, const std::v
   x.launch.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
 }
 
-}  // namespace
+// The float64 reference of a (batched, broadcast) matmul: the harness's ref_matmul kernel.
+void ref_matmul(RefCtx& x, const KernelOp& op) {
+  const KernelGraph& g = x.g;
+  const int y = op.outputs[0];
+  const Shape& ys = g.tensor(y).shape;
+  const Shape& a = g.tensor(op.inputs[0]).shape;
+  const Shape& b = g.tensor(op.inputs[1]).shape;
+  int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+  Shape ob(ys.begin(), ys.end() - 2);
+  while (ob.size() < 2) ob.insert(ob.begin(), 1);
+  auto bst = [&](const Shape& s) {
+    Shape sb(s.begin(), s.end() - 2);
+    std::vector<int64_t> st = strides_of(s), r(2, 0);
+    for (size_t q = 0; q < sb.size(); ++q)
+      if (sb[q] != 1) r[q + (2 - sb.size())] = st[q];
+    return r;
+  };
+  std::vector<int64_t> as = bst(a), bs = bst(b);
+  x.launch.f(
+      "kiln_harness::ref_matmul<<<dim3({}, {}, {}), 256, 0, stream>>>(t{}, t{}, t{}, {}, {}, "
+      "{}, {}, {}ll, {}ll, {}ll, {}ll);",
+      cdiv(N, 64), cdiv(M, 64), ob[0] * ob[1], op.inputs[0], op.inputs[1], y, M, N, K, ob[1], as[0],
+      as[1], bs[0], bs[1]);
+  x.launch.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
+}
 
-void emit_reference(const KernelGraph& g, Code& out) {
-  RefCtx x{g, {}, {}, {}};
-  x.launch.set_indent(1);
+// The body of a reduction, softmax or rms_norm reference kernel, a thread per row (outer, inner)
+// reading its R elements; returns the threads (rows), and where mean and rms_norm keep their
+// sums (`extra`).
+int64_t ref_row_body(RefCtx& x, const KernelOp& op, bool keeps_sum, std::string& extra,
+                     const std::function<std::string(size_t, const std::string&)>& operand,
+                     const std::string& loop) {
+  const KernelGraph& g = x.g;
+  const OpClass cls = op_info(op.kind).cls;
+  Code& c = x.kernels;
+  const Shape& s = g.tensor(op.inputs[0]).shape;
+  int dim =
+      cls == OpClass::RmsNorm ? static_cast<int>(s.size()) - 1 : static_cast<int>(op.attrs.dim);
+  int64_t outer = 1, R = s[dim], inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= s[d];
+  for (size_t d = dim + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t work = outer * inner;
+  if (keeps_sum) extra = fmt::format("ws + {}", x.place(work));
+  c.open(fmt::format(fmt::runtime(loop), work));
+  c.f("const int64_t ou = e / {}, in = e % {};", inner, inner);
+  c.f("const double* xp = a0 + ou * {} + in;", R * inner);
+  std::string at = fmt::format("xp[(int64_t)k * {}]", inner);
+  if (cls == OpClass::Reduce) {
+    bool mx = op.kind == OpKind::Max;
+    c.f("double acc = {};", mx ? "-INFINITY" : "0.0");
+    c.f("for (int k = 0; k < {}; ++k) acc = {};", R, mx ? "fmax(acc, " + at + ")" : "acc + " + at);
+    if (op.kind == OpKind::Mean) {
+      c.line("q[e] = acc;");
+      c.f("acc /= {}.0;", R);
+    }
+    c.line("y[e] = acc;");
+  } else if (cls == OpClass::Softmax) {
+    c.line("double m = -INFINITY, sum = 0.0;");
+    c.f("for (int k = 0; k < {}; ++k) m = fmax(m, {});", R, at);
+    c.f("for (int k = 0; k < {}; ++k) sum += exp({} - m);", R, at);
+    c.f("for (int k = 0; k < {}; ++k) y[ou * {} + (int64_t)k * {} + in] = exp({} - m) / sum;", R,
+        R * inner, inner, at);
+  } else {
+    c.line("double ss = 0.0;");
+    c.f("for (int k = 0; k < {}; ++k) ss += {} * {};", R, at, at);
+    c.line("q[e] = ss;");
+    c.f("const double r = 1.0 / sqrt(ss / {}.0 + {});", R, dlit(op.attrs.eps));
+    std::string w = op.inputs.size() == 2 ? operand(1, "k") : "1.0";
+    c.f("for (int k = 0; k < {}; ++k) y[e * {} + k] = {} * r * {};", R, R, at, w);
+  }
+  c.close();
+  return work;
+}
+
+// kiln_ref_run: places the inputs, outputs and workspace tensors and launches the kernels.
+void write_ref_run(const RefCtx& x, Code& out) {
+  const KernelGraph& g = x.g;
   const int nt = static_cast<int>(g.tensors.size());
-  std::set<int> ins(g.inputs.begin(), g.inputs.end()), outs(g.outputs.begin(), g.outputs.end());
-  x.offset.assign(nt, -1);
-  // Every tensor of the spec but its inputs, outputs and constants lives in the workspace, so
-  // the harness can see every intermediate (the range rule: ref_out_of_range).
-  for (int t = 0; t < nt; ++t) {
-    if (ins.count(t) || outs.count(t) || x.is_const(t)) continue;
-    x.offset[t] = x.place(numel(g.tensor(t).shape));
-  }
-  for (size_t k = 0; k < g.ops.size(); ++k) {
-    const KernelOp& op = g.ops[k];
-    const OpClass cls = op_info(op.kind).cls;
-    if (cls == OpClass::Constant) continue;
-    KILN_ASSERT(cls != OpClass::GraphDefined, "the reference graph must be a spec");
-    std::string name = fmt::format("r{}_{}", k, op.name);
-    int y = op.outputs[0];
-    const Shape& ys = g.tensor(y).shape;
-    std::vector<std::string> params;
-    for (size_t j = 0; j < op.inputs.size(); ++j)
-      if (!x.is_const(op.inputs[j]))
-        params.push_back(fmt::format("const double* __restrict__ a{}", j));
-    params.push_back("double* __restrict__ y");
-    auto operand = [&](size_t j, const std::string& off) {
-      int t = op.inputs[j];
-      return x.is_const(t) ? dlit(x.cval(t)) : fmt::format("a{}[{}]", j, off);
-    };
-    Code& c = x.kernels;
-    const std::string loop =
-        "for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < {}; e += "
-        "(int64_t)gridDim.x * blockDim.x) {{";
-    if (cls == OpClass::Matmul) {
-      const Shape& a = g.tensor(op.inputs[0]).shape;
-      const Shape& b = g.tensor(op.inputs[1]).shape;
-      int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
-      Shape ob(ys.begin(), ys.end() - 2);
-      while (ob.size() < 2) ob.insert(ob.begin(), 1);
-      auto bst = [&](const Shape& s) {
-        Shape sb(s.begin(), s.end() - 2);
-        std::vector<int64_t> st = strides_of(s), r(2, 0);
-        for (size_t q = 0; q < sb.size(); ++q)
-          if (sb[q] != 1) r[q + (2 - sb.size())] = st[q];
-        return r;
-      };
-      std::vector<int64_t> as = bst(a), bs = bst(b);
-      x.launch.f(
-          "kiln_harness::ref_matmul<<<dim3({}, {}, {}), 256, 0, stream>>>(t{}, t{}, t{}, {}, {}, "
-          "{}, {}, {}ll, {}ll, {}ll, {}ll);",
-          cdiv(N, 64), cdiv(M, 64), ob[0] * ob[1], op.inputs[0], op.inputs[1], y, M, N, K, ob[1],
-          as[0], as[1], bs[0], bs[1]);
-      x.launch.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
-      continue;
-    }
-    // mean and rms_norm also keep the sum they accumulate (of x, of x²) in the workspace: an
-    // intermediate of the float64 reference that no tensor of the spec holds.
-    const bool keeps_sum = op.kind == OpKind::Mean || cls == OpClass::RmsNorm;
-    if (keeps_sum) params.push_back("double* __restrict__ q");
-    std::string extra;
-    c.open(fmt::format("__global__ void {}({}) {{", name, fmt::join(params, ", ")));
-    int64_t work = numel(ys);
-    switch (cls) {
-      case OpClass::Binary:
-      case OpClass::Unary: {
-        c.open(fmt::format(fmt::runtime(loop), work));
-        std::vector<std::string> idx = unravel(c, "e", ys, "i", "int64_t");
-        std::vector<std::string> xs;
-        for (size_t j = 0; j < op.inputs.size(); ++j) {
-          const Shape& s = g.tensor(op.inputs[j]).shape;
-          xs.push_back(operand(j, offset_expr(bcast_index(s, ys, idx), strides_of(s))));
-        }
-        c.f("y[e] = {};", ew_expr_f64(op.kind, op.attrs, xs));
-        c.close();
-        break;
-      }
-      case OpClass::Transpose: {
-        const Shape& s = g.tensor(op.inputs[0]).shape;
-        c.open(fmt::format(fmt::runtime(loop), work));
-        std::vector<std::string> idx = unravel(c, "e", ys, "i", "int64_t");
-        std::vector<std::string> in_idx(idx.size());
-        for (size_t d = 0; d < idx.size(); ++d) in_idx[op.attrs.perm[d]] = idx[d];
-        c.f("y[e] = {};", operand(0, offset_expr(in_idx, strides_of(s))));
-        c.close();
-        break;
-      }
-      case OpClass::Reduce:
-      case OpClass::Softmax:
-      case OpClass::RmsNorm: {
-        const Shape& s = g.tensor(op.inputs[0]).shape;
-        int dim = cls == OpClass::RmsNorm ? static_cast<int>(s.size()) - 1
-                                          : static_cast<int>(op.attrs.dim);
-        int64_t outer = 1, R = s[dim], inner = 1;
-        for (int d = 0; d < dim; ++d) outer *= s[d];
-        for (size_t d = dim + 1; d < s.size(); ++d) inner *= s[d];
-        work = outer * inner;
-        if (keeps_sum) extra = fmt::format("ws + {}", x.place(work));
-        c.open(fmt::format(fmt::runtime(loop), work));
-        c.f("const int64_t ou = e / {}, in = e % {};", inner, inner);
-        c.f("const double* xp = a0 + ou * {} + in;", R * inner);
-        std::string at = fmt::format("xp[(int64_t)k * {}]", inner);
-        if (cls == OpClass::Reduce) {
-          bool mx = op.kind == OpKind::Max;
-          c.f("double acc = {};", mx ? "-INFINITY" : "0.0");
-          c.f("for (int k = 0; k < {}; ++k) acc = {};", R,
-              mx ? "fmax(acc, " + at + ")" : "acc + " + at);
-          if (op.kind == OpKind::Mean) {
-            c.line("q[e] = acc;");
-            c.f("acc /= {}.0;", R);
-          }
-          c.line("y[e] = acc;");
-        } else if (cls == OpClass::Softmax) {
-          c.line("double m = -INFINITY, sum = 0.0;");
-          c.f("for (int k = 0; k < {}; ++k) m = fmax(m, {});", R, at);
-          c.f("for (int k = 0; k < {}; ++k) sum += exp({} - m);", R, at);
-          c.f("for (int k = 0; k < {}; ++k) y[ou * {} + (int64_t)k * {} + in] = exp({} - m) / sum;",
-              R, R * inner, inner, at);
-        } else {
-          c.line("double ss = 0.0;");
-          c.f("for (int k = 0; k < {}; ++k) ss += {} * {};", R, at, at);
-          c.line("q[e] = ss;");
-          c.f("const double r = 1.0 / sqrt(ss / {}.0 + {});", R, dlit(op.attrs.eps));
-          std::string w = op.inputs.size() == 2 ? operand(1, "k") : "1.0";
-          c.f("for (int k = 0; k < {}; ++k) y[e * {} + k] = {} * r * {};", R, R, at, w);
-        }
-        c.close();
-        break;
-      }
-      case OpClass::Matmul:
-      case OpClass::Constant:
-      case OpClass::GraphDefined:
-      case OpClass::Input:
-      case OpClass::Output:
-      case OpClass::Accum:
-      case OpClass::Fused:
-        KILN_ASSERT(false, "no reference kernel for {}", op_name(op.kind));
-    }
-    c.close();
-    c.line("");
-    KILN_ASSERT(keeps_sum == !extra.empty(), "{}: where its sums go", name);
-    ref_launch(x, name, work, op.inputs, y, extra);
-  }
   out.line("namespace kiln_ref {");
   out.append(x.kernels);
   out.line("}  // namespace kiln_ref");
@@ -244,6 +178,98 @@ void emit_reference(const KernelGraph& g, Code& out) {
   out.line("return cudaSuccess;");
   out.close();
   out.line("");
+}
+}  // namespace
+
+void emit_reference(const KernelGraph& g, Code& out) {
+  RefCtx x{g, {}, {}, {}};
+  x.launch.set_indent(1);
+  const int nt = static_cast<int>(g.tensors.size());
+  std::set<int> ins(g.inputs.begin(), g.inputs.end()), outs(g.outputs.begin(), g.outputs.end());
+  x.offset.assign(nt, -1);
+  // Every tensor of the spec but its inputs, outputs and constants lives in the workspace, so
+  // the harness can see every intermediate (the range rule: ref_out_of_range).
+  for (int t = 0; t < nt; ++t) {
+    if (ins.count(t) || outs.count(t) || x.is_const(t)) continue;
+    x.offset[t] = x.place(numel(g.tensor(t).shape));
+  }
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const KernelOp& op = g.ops[k];
+    const OpClass cls = op_info(op.kind).cls;
+    if (cls == OpClass::Constant) continue;
+    KILN_ASSERT(cls != OpClass::GraphDefined, "the reference graph must be a spec");
+    std::string name = fmt::format("r{}_{}", k, op.name);
+    int y = op.outputs[0];
+    const Shape& ys = g.tensor(y).shape;
+    std::vector<std::string> params;
+    for (size_t j = 0; j < op.inputs.size(); ++j)
+      if (!x.is_const(op.inputs[j]))
+        params.push_back(fmt::format("const double* __restrict__ a{}", j));
+    params.push_back("double* __restrict__ y");
+    auto operand = [&](size_t j, const std::string& off) {
+      int t = op.inputs[j];
+      return x.is_const(t) ? dlit(x.cval(t)) : fmt::format("a{}[{}]", j, off);
+    };
+    Code& c = x.kernels;
+    const std::string loop =
+        "for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < {}; e += "
+        "(int64_t)gridDim.x * blockDim.x) {{";
+    if (cls == OpClass::Matmul) {
+      ref_matmul(x, op);
+      continue;
+    }
+    // mean and rms_norm also keep the sum they accumulate (of x, of x²) in the workspace: an
+    // intermediate of the float64 reference that no tensor of the spec holds.
+    const bool keeps_sum = op.kind == OpKind::Mean || cls == OpClass::RmsNorm;
+    if (keeps_sum) params.push_back("double* __restrict__ q");
+    std::string extra;
+    c.open(fmt::format("__global__ void {}({}) {{", name, fmt::join(params, ", ")));
+    int64_t work = numel(ys);
+    switch (cls) {
+      case OpClass::Binary:
+      case OpClass::Unary: {
+        c.open(fmt::format(fmt::runtime(loop), work));
+        std::vector<std::string> idx = unravel(c, "e", ys, "i", "int64_t");
+        std::vector<std::string> xs;
+        for (size_t j = 0; j < op.inputs.size(); ++j) {
+          const Shape& s = g.tensor(op.inputs[j]).shape;
+          xs.push_back(operand(j, offset_expr(bcast_index(s, ys, idx), strides_of(s))));
+        }
+        c.f("y[e] = {};", ew_expr_f64(op.kind, op.attrs, xs));
+        c.close();
+        break;
+      }
+      case OpClass::Transpose: {
+        const Shape& s = g.tensor(op.inputs[0]).shape;
+        c.open(fmt::format(fmt::runtime(loop), work));
+        std::vector<std::string> idx = unravel(c, "e", ys, "i", "int64_t");
+        std::vector<std::string> in_idx(idx.size());
+        for (size_t d = 0; d < idx.size(); ++d) in_idx[op.attrs.perm[d]] = idx[d];
+        c.f("y[e] = {};", operand(0, offset_expr(in_idx, strides_of(s))));
+        c.close();
+        break;
+      }
+      case OpClass::Reduce:
+      case OpClass::Softmax:
+      case OpClass::RmsNorm: {
+        work = ref_row_body(x, op, keeps_sum, extra, operand, loop);
+        break;
+      }
+      case OpClass::Matmul:
+      case OpClass::Constant:
+      case OpClass::GraphDefined:
+      case OpClass::Input:
+      case OpClass::Output:
+      case OpClass::Accum:
+      case OpClass::Fused:
+        KILN_ASSERT(false, "no reference kernel for {}", op_name(op.kind));
+    }
+    c.close();
+    c.line("");
+    KILN_ASSERT(keeps_sum == !extra.empty(), "{}: where its sums go", name);
+    ref_launch(x, name, work, op.inputs, y, extra);
+  }
+  write_ref_run(x, out);
 }
 
 }  // namespace cgen

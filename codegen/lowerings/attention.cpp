@@ -54,6 +54,20 @@ class Matcher {
     plan.grid = bg_.grid;
     role_.assign(bg_.ops.size(), Role::None);
 
+    OperandTiles o;
+    return products(plan, o) && reductions(plan, o) && render(plan, o);
+  }
+
+ private:
+  // What products() found: the operand tiles, the keys per tile and the stage of the loop body.
+  struct OperandTiles {
+    int qi = -1, ki = -1, vi = -1;
+    int64_t nt = 0;
+    Stage body = Stage::Invariant;
+  };
+
+  // The two products and their operands, the extents, dtypes and the runtime kernel's limits.
+  bool products(AttentionPlan& plan, OperandTiles& o) {
     // The two products: mm2's A operand is elementwise in mm1's result.
     std::vector<int> mms;
     for (size_t i = 0; i < bg_.ops.size(); ++i)
@@ -68,14 +82,17 @@ class Matcher {
     // a transposed [DV, Nt] tile).
     const BlockOp& m1 = bg_.ops[mm1_];
     const BlockOp& m2 = bg_.ops[mm2_];
-    int qi = m1.inputs[0];
+    int& qi = o.qi;
+    qi = m1.inputs[0];
     if (bg_.ops[qi].kind != OpKind::Input || bg_.ops[qi].stage != Stage::Invariant) return false;
     role_[qi] = Role::Operand;
-    int ki = -1, vi = -1;
+    int& ki = o.ki;
+    int& vi = o.vi;
     if (!operand(m1.inputs[1], ki, plan.k_nmajor)) return false;
     if (!operand(m2.inputs[1], vi, plan.v_nmajor)) return false;
     if (ki == qi || vi == qi || ki == vi) return false;
-    int64_t mt, d, d2, nt, nt2, dv, r1, c1, r2, c2;
+    int64_t mt, d, d2, nt2, dv, r1, c1, r2, c2;
+    int64_t& nt = o.nt;
     if (!matrix_tile(bg_.ops[qi].shape, mt, d)) return false;
     if (!matrix_tile(bg_.ops[ki].shape, r1, c1) || !matrix_tile(bg_.ops[vi].shape, r2, c2))
       return false;
@@ -89,7 +106,8 @@ class Matcher {
     if (!matrix_tile(m2.shape, om, on) || om != mt || on != dv) return false;
     plan.mt = mt, plan.d = d, plan.dv = dv;
     plan.keys = nt * (has_loop_ ? bg_.loop[0] : 1);
-    const Stage body = has_loop_ ? Stage::Loop : Stage::Invariant;
+    o.body = has_loop_ ? Stage::Loop : Stage::Invariant;
+    const Stage body = o.body;
     for (int i : {ki, vi, mm1_, mm2_})
       if (bg_.ops[i].stage != body) return false;
 
@@ -110,6 +128,14 @@ class Matcher {
     }
     if (!view(qi, plan.q) || !view(ki, plan.k) || !view(vi, plan.v)) return false;
 
+    return true;
+  }
+
+  // Row reductions of region values and the accumulators; loop values reach the epilogue only
+  // through accumulators.
+  bool reductions(AttentionPlan& plan, const OperandTiles& o) {
+    const Stage body = o.body;
+    const int64_t mt = plan.mt;
     // Row reductions of region values, each feeding accumulators only (or, without a loop, the
     // epilogue directly); accumulators of the second product and of those reductions.
     for (size_t i = 0; i < bg_.ops.size(); ++i) {
@@ -146,6 +172,13 @@ class Matcher {
           if (loop_value && !reader) return false;
         }
 
+    return true;
+  }
+
+  // The elementwise map, the row feeds, the savers and their epilogues.
+  bool render(AttentionPlan& plan, const OperandTiles& o) {
+    const BlockOp& m2 = bg_.ops[mm2_];
+    const int64_t nt = o.nt;
     // The elementwise map, the row feeds.
     memo_.clear();
     elem_ = true;

@@ -1,4 +1,4 @@
-// The generic block-graph kernel: the block emitter (emit_block.cpp) writes the kernel from the
+// The generic block-graph kernel: the block emitter (block_emit/) writes the kernel from the
 // block plan; this launches it on the block graph's grid.
 #include "kiln/codegen/lowerings/block_graph.h"
 
