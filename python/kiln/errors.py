@@ -41,7 +41,10 @@ def user_frame(stack_trace: Optional[str]) -> Optional[str]:
     if not stack_trace:
         return None
     frames = list(_FRAME.finditer(stack_trace))
-    for m in reversed(frames):
+    # torch 1.13's symbolic_trace writes the stack innermost first (walk_stack; its own `trace`
+    # frame follows the user's); torch 2.x writes it outermost first, the user's frames only.
+    innermost_first = any(m.group("file").endswith("_symbolic_trace.py") for m in frames)
+    for m in (frames if innermost_first else reversed(frames)):
         if not _internal(m.group("file")):
             code = (m.group("code") or "").strip()
             where = f"{m.group('file')}:{m.group('line')}"

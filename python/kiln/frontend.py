@@ -217,10 +217,8 @@ arguments, by argument index (default: the placeholder's name).
                     outputs = self._outputs(node)
                 else:
                     self.env[node] = self._call(node)
-            except ops.Unsupported as e:
-                raise self._error(node, str(e)) from None
-            except ShapeError as e:
-                raise self._error(node, str(e)) from None
+            except (ops.Unsupported, ShapeError) as e:
+                raise self._error(self.node, str(e)) from None
         flat, tree = outputs
         spec = self.b.build(flat, tree)
         spec.torch_out_dtypes = [self.tdtypes.get(v.name, torch.float32) for v in flat]
@@ -314,12 +312,15 @@ arguments, by argument index (default: the placeholder's name).
 
     def _outputs(self, node: fx.Node) -> Tuple[List[TensorValue], Optional[int]]:
         result = fx.node.map_arg(node.args[0], lambda n: self.env[n])
+        producers = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
         if isinstance(result, (tuple, list)):
             items, tree = list(result), len(result)
         else:
             items, tree = [result], None
         flat = []
         for k, v in enumerate(items):
+            if isinstance(producers[k], fx.Node):
+                self.node = producers[k]  # errors name the node that computes the output
             if not isinstance(v, (TensorValue, Pending)):
                 raise ops.Unsupported(f"output {k} is a {type(v).__name__}, not a tensor "
                                       f"(kiln returns a tensor or a flat tuple of tensors)")

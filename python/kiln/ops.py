@@ -62,7 +62,8 @@ class OpEntry:
         params = list(self.params)
         if self.varargs is not None:
             k = params.index(self.varargs)
-            if len(args) > k + 1 or (len(args) == k + 1 and isinstance(args[k], int)):
+            if len(args) > k and not (len(args) == k + 1 and
+                                      isinstance(args[k], (list, tuple, torch.Size))):
                 args = list(args[:k]) + [tuple(args[k:])]
         if len(args) > len(params):
             raise Unsupported(f"{self.name} called with {len(args)} positional arguments; the "
@@ -141,8 +142,18 @@ def _binary(op: str) -> Handler:
         if alpha != 1:
             y = lw.b.binary(lw.hint + "_alpha", "mul", lw.tensor(y),
                             lw.b.constant(_scalar(alpha, "alpha")))
-        return lw.b.binary(lw.hint, op, lw.tensor(x), lw.tensor(y))
+        return _commuted(lw, op, lw.tensor(x), lw.tensor(y))
     return fn
+
+
+def _commuted(lw: "Lowering", op: str, x: TensorValue, y: TensorValue) -> TensorValue:
+    """op(x, y), with the operands of a commutative op swapped where that gives the result
+    PyTorch's promoted dtype (spec/1 takes the first operand's; f16 + f32 is f32 in PyTorch)."""
+    if op in ("add", "mul", "maximum", "minimum") and not x.is_constant and not y.is_constant:
+        want = torch.promote_types(lw.torch_dtype(x), lw.torch_dtype(y))
+        if lw.torch_dtype(x) != want and lw.torch_dtype(y) == want:
+            x, y = y, x
+    return lw.b.binary(lw.hint, op, x, y)
 
 
 def _rsub(lw: "Lowering", a: Args) -> Any:  # other - alpha * input
@@ -151,7 +162,7 @@ def _rsub(lw: "Lowering", a: Args) -> Any:  # other - alpha * input
 
 def _minmax(op: str) -> Handler:
     def fn(lw: "Lowering", a: Args) -> Any:
-        return lw.b.binary(lw.hint, op, lw.tensor(a["input"]), lw.tensor(a["other"]))
+        return _commuted(lw, op, lw.tensor(a["input"]), lw.tensor(a["other"]))
     return fn
 
 
@@ -577,6 +588,7 @@ def _e(name: str, fn: Handler, params: str, **defaults: Any) -> OpEntry:
     return OpEntry(name, fn, [p.lstrip("*") for p in ps], defaults, var)
 
 
+aten = torch.ops.aten
 _UNARY = ["exp", "log", "sqrt", "rsqrt", "reciprocal", "square", "tanh", "sigmoid", "relu", "sin",
           "cos", "silu"]
 
@@ -595,10 +607,15 @@ def _fn(targets: Sequence[Any], entry: OpEntry) -> None:
 def _build_tables() -> None:
     for op in _UNARY:
         entry = _e(f"torch.{op}", _unary(op), "input, inplace", inplace=False)
-        _fn([getattr(torch, op, None), getattr(F, op, None)], entry)
-        METHODS[op] = _e(f"Tensor.{op}", _unary(op), "input")
-        METHODS[op + "_"] = _e(f"Tensor.{op}_", _inplace_method(op), "input")
+        # F.tanh and F.sigmoid are deprecated wrappers that trace as Tensor methods.
+        _fn([getattr(torch, op, None),
+             None if op in ("tanh", "sigmoid") else getattr(F, op, None)], entry)
+        if hasattr(torch.Tensor, op):
+            METHODS[op] = _e(f"Tensor.{op}", _unary(op), "input")
+            METHODS[op + "_"] = _e(f"Tensor.{op}_", _inplace_method(op), "input")
         ATEN[op] = _e(f"aten.{op}", _unary(op), "input")
+        if hasattr(aten, op + "_"):
+            ATEN[op + "_"] = _e(f"aten.{op}_", _inplace_method(op), "input")
     for op in ("add", "sub", "mul", "div"):
         ps = "input, other, alpha" if op in ("add", "sub") else "input, other, rounding_mode"
         dflt = {"alpha": 1} if op in ("add", "sub") else {"rounding_mode": None}
@@ -615,7 +632,6 @@ def _build_tables() -> None:
                   (operator.truediv, "div")):
         FUNCTIONS[o] = _e(f"operator.{o.__name__}", _binary(op), "input, other")
     ATEN["rsub"] = _e("aten.rsub", _rsub, "input, other, alpha", alpha=1)
-    METHODS["__rsub__"] = ATEN["rsub"]
     FUNCTIONS[torch.rsub] = ATEN["rsub"]
     neg = _e("torch.neg", _neg, "input")
     _fn([torch.neg, torch.negative, operator.neg], neg)
@@ -626,7 +642,7 @@ def _build_tables() -> None:
         METHODS[name] = ATEN[name] = e
     gelu = _e("gelu", _gelu, "input, approximate", approximate="none")
     _fn([F.gelu], gelu)
-    METHODS["gelu"] = ATEN["gelu"] = gelu
+    ATEN["gelu"] = gelu
     lrelu = _e("leaky_relu", _leaky_relu, "input, negative_slope, inplace", negative_slope=0.01,
                inplace=False)
     _fn([F.leaky_relu], lrelu)
@@ -644,14 +660,11 @@ def _build_tables() -> None:
     ATEN["softplus"] = sp
     pw = _e("pow", _pow, "input, exponent")
     _fn([torch.pow, operator.pow], pw)
-    METHODS["pow"] = METHODS["__pow__"] = ATEN["pow"] = pw
-    METHODS["__rpow__"] = _e("pow", lambda lw, a: _pow(lw, {"input": a["exponent"],
-                                                            "exponent": a["input"]}),
-                             "input, exponent")
+    METHODS["pow"] = ATEN["pow"] = pw
     # matmul and layout
     mm = _e("matmul", _matmul, "input, other")
     _fn([torch.matmul, operator.matmul], mm)
-    METHODS["matmul"] = METHODS["__matmul__"] = ATEN["matmul"] = mm
+    METHODS["matmul"] = ATEN["matmul"] = mm
     for name, rank in (("mm", 2), ("bmm", 3)):
         e = _e(f"torch.{name}", _mm_rank(rank, name), "input, other")
         _fn([getattr(torch, name)], e)
@@ -707,7 +720,7 @@ def _build_tables() -> None:
     mx = _e("torch.max", _max, "input, other, keepdim", other=None, keepdim=False, dim=None)
     mx.params = ["input", "other", "keepdim", "dim"]
     _fn([torch.max], mx)
-    METHODS["max"] = mx
+    METHODS["max"] = ATEN["max"] = mx
     mn = _e("torch.min", _min, "input, other, keepdim, dim", other=None, keepdim=False, dim=None)
     _fn([torch.min], mn)
     METHODS["min"] = mn
@@ -845,18 +858,22 @@ def lookup(node_op: str, target: Any, module: Optional[nn.Module] = None) -> Any
         if isinstance(target, torch._ops.OpOverload):
             entry = ATEN.get(target.overloadpacket.__name__)
             if entry is not None:
+                USED.add(("aten", target.overloadpacket.__name__))
                 return _aten_entry(entry, target)
         else:
             entry = FUNCTIONS.get(target)
             if entry is not None:
+                USED.add(("functions", target))
                 return entry
     elif node_op == "call_method":
         entry = METHODS.get(target)
         if entry is not None:
+            USED.add(("methods", target))
             return entry
     elif node_op == "call_module":
         for cls in type(module).__mro__:
             if cls in MODULES:
+                USED.add(("modules", cls))
                 return MODULES[cls]
     key = _hint_key(target) if node_op != "call_module" else type(module).__name__.lower()
     hint = HINTS.get(key, "spec/1 has no op for it")
@@ -864,6 +881,10 @@ def lookup(node_op: str, target: Any, module: Optional[nn.Module] = None) -> Any
 
 
 _ATEN_CACHE: Dict[Any, OpEntry] = {}
+
+# (table, key) of every entry `lookup` returned in this process: the tests check that each entry
+# of the tables was exercised.
+USED: set = set()
 
 
 def _aten_entry(entry: OpEntry, overload: Any) -> OpEntry:

@@ -286,6 +286,9 @@ class SpecBuilder:
                 n["inputs"] = [renames.get(x, x) for x in n["inputs"]]
         outputs = [TensorValue(renames.get(v.name, v.name), v.shape, v.dtype, v.is_constant)
                    for v in outputs]
+        if not self.nodes:
+            raise ShapeError("the program computes nothing (it returns its inputs); a spec "
+                             "needs at least one node")
         data = {"format": "spec/1", "name": self.name}
         if self.doc:
             data["doc"] = self.doc
