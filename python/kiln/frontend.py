@@ -16,7 +16,8 @@ the module's parameters and buffers (named by their qualified names, `mlp.up.wei
 """
 from __future__ import annotations
 
-import math
+import contextlib
+import io
 import operator
 import os
 import subprocess
@@ -220,7 +221,10 @@ arguments, by argument index (default: the placeholder's name).
             except (ops.Unsupported, ShapeError) as e:
                 raise self._error(self.node, str(e)) from None
         flat, tree = outputs
-        spec = self.b.build(flat, tree)
+        try:
+            spec = self.b.build(flat, tree)
+        except ShapeError as e:
+            raise KilnUnsupported("the program", str(e)) from None
         spec.torch_out_dtypes = [self.tdtypes.get(v.name, torch.float32) for v in flat]
         return spec
 
@@ -372,7 +376,8 @@ def _shape_prop(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     if not all(isinstance(x, torch.Tensor) for x in example_inputs):
         return
     try:
-        with torch.no_grad():
+        # ShapeProp prints the traceback of a failing node before it raises: keep it quiet.
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
             ShapeProp(gm).propagate(*example_inputs)
     except Exception:  # the cross-check is a bonus; the spec's own shape rules still apply
         for n in gm.graph.nodes:
