@@ -87,12 +87,33 @@ def _what(fn: Any) -> str:
     return type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__name__", repr(fn))
 
 
-def second_trace(fn: Traceable, example_inputs: Sequence[Any]) -> fx.GraphModule:
+def second_trace(fn: Traceable, example_inputs: Sequence[Any]
+                 ) -> Tuple[fx.GraphModule, List[Any], Dict[int, str]]:
     """The same program traced another way, to aten ops (make_fx, which follows the real
-    dispatch rather than the Python calls), for `kiln verify` against the first spec."""
+    dispatch rather than the Python calls), for `kiln verify` against the first spec. Traced on
+    fake tensors (no computation: f16 needs no CPU kernels), with the module's parameters and
+    buffers passed as arguments after the call's own. Returns the graph, its example inputs and
+    the names of the parameter placeholders by index."""
     from torch.fx.experimental.proxy_tensor import make_fx
+    n = len(example_inputs)
+    named: List[Tuple[str, torch.Tensor]] = []
+    if isinstance(fn, nn.Module):
+        named = list(fn.named_parameters()) + list(fn.named_buffers())
+    try:
+        from torch.func import functional_call  # torch >= 2.0
+    except ImportError:
+        from torch.nn.utils.stateless import functional_call  # torch 1.13
+
+    def program(*flat: Any) -> Any:
+        if not named:
+            return fn(*flat)
+        tensors = {q: t for (q, _), t in zip(named, flat[n:])}
+        return functional_call(fn, tensors, tuple(flat[:n]))
+
+    inputs = list(example_inputs) + [t.detach() for _, t in named]
     with torch.no_grad():
-        return make_fx(fn)(*example_inputs)
+        gm = make_fx(program, tracing_mode="fake")(*inputs)
+    return gm, inputs, {n + j: q for j, (q, _) in enumerate(named)}
 
 
 # ---------------------------------------------------------------- lowering
@@ -439,13 +460,11 @@ def check_with_kiln(spec: Spec, fn: Traceable, example_inputs: Sequence[Any], *,
         return _skip("a second trace needs the original module and real example inputs",
                      required)
     try:
-        gm2 = second_trace(fn, example_inputs)
-        names = _param_names(fn)
-        # make_fx keeps the module's tensors as attributes: map them back to their names.
+        gm2, inputs2, param_args = second_trace(fn, example_inputs)
         arg_names = {src.index: i["name"] for src, i in zip(spec.sources, spec.data["inputs"])
                      if src.kind == "arg"}
-        spec2 = Lowering(gm2, example_inputs, spec.name, param_names=names,
-                         arg_names=arg_names).run()
+        arg_names.update(param_args)  # sanitized like the first trace's parameter inputs
+        spec2 = Lowering(gm2, inputs2, spec.name, arg_names=arg_names).run()
     except (KilnUnsupported, ops.Unsupported) as e:
         return _skip(f"the second trace (make_fx) does not map: {e}", required)
     except Exception as e:  # make_fx itself failed on this program
