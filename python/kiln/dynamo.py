@@ -39,6 +39,9 @@ from .spec import InputSource, ShapeError, TensorValue
 
 __all__ = ["backend", "partition", "supported_nodes", "make_backend"]
 
+# What the backend did, one line per partition, for reports and tests (cleared per graph).
+REPORT: List[str] = []
+
 _WORK_OPS = {"matmul", "sum", "mean", "max", "softmax", "rms_norm", "layer_norm"}
 
 
@@ -145,6 +148,7 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, cache: Optiona
                       "emitted for static shapes (torch.compile(..., dynamic=False)); the "
                       f"whole graph goes to {fallback}")
         return _fallback(fallback, gm, example_inputs)
+    REPORT.clear()
     fused, parts = partition(gm, example_inputs, min_ops=min_ops, say=say)
     if not parts:
         return _fallback(fallback, gm, example_inputs)
@@ -156,9 +160,11 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, cache: Optiona
                                     time_limit=time_limit, check=False)
         except (KilnError, KilnUnsupported) as e:
             warnings.warn(f"kiln.backend: {target} stays with {fallback}: {e}")
+            REPORT.append(f"{target}: left to {fallback}: {e}")
             continue
         outs = [n for n in sub.graph.nodes if n.op == "output"][0].args[0]
         setattr(fused, target, _KilnPartition(compiled, isinstance(outs, (tuple, list))))
+        REPORT.append(f"{target}: kiln kernel {compiled.folder}")
         say(f"{target}: {len(sub.graph.nodes)} fx nodes -> one Kiln kernel ({compiled.folder})")
     fused.recompile()
     return _fallback(fallback, fused, example_inputs)

@@ -116,7 +116,7 @@ class Spec:
     def json(self) -> str:
         """The spec as JSON text (one node a line, as the repo's examples are written)."""
         d = self.data
-        lines = ["{", f'  "format": "spec/1",', f'  "name": {json.dumps(d["name"])},']
+        lines = ["{", '  "format": "spec/1",', f'  "name": {json.dumps(d["name"])},']
         if d.get("doc"):
             lines.append(f'  "doc": {json.dumps(d["doc"])},')
         lines.append('  "inputs": [')
