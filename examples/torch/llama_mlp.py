@@ -31,6 +31,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import kiln  # noqa: E402
+from kiln.cli import find_kiln  # noqa: E402
 from kiln.compiler import prepare  # noqa: E402
 
 CACHE = os.path.join(HERE, "kiln_cache")
@@ -166,7 +167,7 @@ def gpu(size: str, out_json: str | None) -> int:
     dev = "cuda"
     model = make_model(size, dev)
     x = example_input(size, dev)
-    have_kiln = kiln.cli.find_kiln() is not None
+    have_kiln = find_kiln() is not None
     failures = []
     t0 = time.time()
     fast = kiln.compile(model, [x], cache=CACHE, optimize=have_kiln)
@@ -182,6 +183,7 @@ def gpu(size: str, out_json: str | None) -> int:
                "cuda": torch.version.cuda, "size": size, "shape": SIZES[size], "errors": {}}
 
     os.environ.setdefault("KILN_TORCH_CACHE", CACHE)
+    import torch._dynamo
     from kiln.dynamo import make_backend
     torch._dynamo.reset()
     compiled_kiln = torch.compile(model, backend=make_backend(cache=CACHE), dynamic=False)

@@ -118,7 +118,7 @@ def _dt(d: str) -> str:
 
 # torch.utils.cpp_extension compiles .cu files with -D__CUDA_NO_HALF_OPERATORS__ and friends; the
 # emitted file is written for plain nvcc (its "Build:" line), so they are undefined again.
-_CUDA_FLAGS = ["-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__",
+_CUDA_FLAGS = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__",
                "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
 

@@ -23,7 +23,6 @@ recompile) is handed to the fallback whole, with a warning; pass dynamic=False.
 """
 from __future__ import annotations
 
-import functools
 import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -214,5 +213,7 @@ def _record_shapes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> None:
 
 def make_backend(**options: Any) -> Callable:
     """kiln.backend with options: torch.compile(model, backend=kiln.dynamo.make_backend(
-    fallback="eager", cache=DIR))."""
-    return functools.partial(backend, **options)
+    fallback="eager", cache=DIR)). A named function, not a partial: Dynamo reads __name__."""
+    def kiln_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        return backend(gm, example_inputs, **options)
+    return kiln_backend

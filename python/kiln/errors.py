@@ -19,7 +19,7 @@ class KilnError(RuntimeError):
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]*)\n'
-                    r'(?P<code>[ \t]+[^\n]*\n)?', re.MULTILINE)
+                    r'(?P<code>[ \t]+(?!File ")[^\n]*\n)?', re.MULTILINE)
 
 # Frames in these directories are the tracer's, not the user's.
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -101,7 +101,7 @@ def glue_source(op: str, abi: Abi, cu_name: str) -> str:
     tensor_params = ", ".join(f"const at::Tensor& {a}" for a in ins)
     specs = "\n".join(f'      {{"{a.name}", {_dims(a.shape)}, {_AT_DTYPE[a.dtype]}}},'
                       for a in abi.inputs)
-    alloc = "\n".join(f"  at::Tensor {o} = at::empty({_dims(a.shape)}, "
+    alloc = "\n".join(f"  at::Tensor {o} = at::empty(std::vector<int64_t>{_dims(a.shape)}, "
                       f"a0.options().dtype({_AT_DTYPE[a.dtype]}));"
                       for o, a in zip(outs, abi.outputs))
     call_args = ", ".join([f"{a}.data_ptr()" for a in ins] + [f"{o}.data_ptr()" for o in outs])

@@ -699,7 +699,9 @@ def _build_tables() -> None:
         ATEN[name] = _e(name, _identity, "input")
     _fn([torch.clone], METHODS["clone"])
     _fn([torch.detach], METHODS["detach"])
-    cast = _e("to", _cast, "input, *rest")
+    cast = _e("to", _cast, "input, *rest, dtype, device, non_blocking, copy, memory_format",
+              rest=(), dtype=None, device=None, non_blocking=False, copy=False,
+              memory_format=None)
     METHODS["to"] = METHODS["type"] = cast
     METHODS["type_as"] = _e("type_as", lambda lw, a: _cast_like(lw, a), "input, other")
     for name, dt in (("float", torch.float32), ("half", torch.float16),

@@ -59,8 +59,8 @@ class Glue(unittest.TestCase):
         src = glue_source("two", abi, "k.cu")
         self.assertIn('extern "C" cudaError_t kiln_two_x(const void* X, const void* s, void* A, '
                       'void* B, void* workspace, cudaStream_t stream);', src)
-        self.assertIn("at::Tensor o1 = at::empty({4, 8}, a0.options().dtype(at::kFloat));", src)
-        self.assertIn("at::Tensor o0 = at::empty({4, 8}, a0.options().dtype(at::kHalf));", src)
+        self.assertIn("at::Tensor o1 = at::empty(std::vector<int64_t>{4, 8}, a0.options().dtype(at::kFloat));", src)
+        self.assertIn("at::Tensor o0 = at::empty(std::vector<int64_t>{4, 8}, a0.options().dtype(at::kHalf));", src)
         self.assertIn('{"s", {}, at::kFloat},', src)
         self.assertIn("std::make_tuple(o0, o1)", src)
 
