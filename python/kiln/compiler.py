@@ -57,7 +57,9 @@ class Prepared:
 
     @property
     def op(self) -> str:
-        return f"k_{self.spec.name}_{self.key[:12]}"
+        """Named by the hash only: kiln.compile and kiln.backend share one op (and one build)
+        for one computation, whatever its spec is called."""
+        return f"k_{self.key}"
 
 
 def prepare(fn: Any, example_inputs: Sequence[Any], *, name: Optional[str] = None,
