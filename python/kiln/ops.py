@@ -703,6 +703,7 @@ def _build_tables() -> None:
               rest=(), dtype=None, device=None, non_blocking=False, copy=False,
               memory_format=None)
     METHODS["to"] = METHODS["type"] = cast
+    ATEN["to"] = _e("aten.to", _cast, "input, dtype", dtype=None)  # rebound by each schema
     METHODS["type_as"] = _e("type_as", lambda lw, a: _cast_like(lw, a), "input, other")
     for name, dt in (("float", torch.float32), ("half", torch.float16),
                      ("bfloat16", torch.bfloat16), ("double", torch.float64)):

@@ -202,7 +202,7 @@ def _cases() -> List[Case]:
     add("casts", lambda x: (x.float() * 2 + x.double().float() + x.type(torch.float32) +
                             x.type_as(x) + aten._to_copy.default(x, dtype=torch.float32) +
                             x.to(x.dtype) + x.to(dtype=torch.float32) +
-                            x.to("cpu", torch.float32)))
+                            x.to("cpu", torch.float32) + aten.to.dtype(x, torch.float32)))
     # PyTorch rounds at a 16-bit cast; the spec does not (it rounds outputs only): the results
     # agree to the 16-bit rounding.
     add("casts to 16 bits", lambda x: (x.half().float() + x.to(torch.float16).float() +
