@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import operator
 import os
 import subprocess
 import tempfile
@@ -198,9 +197,8 @@ arguments, by argument index (default: the placeholder's name).
     def param(self, qualname: str, t: torch.Tensor) -> Pending:
         """The module's parameter or buffer `qualname` as a (pending) input of its real shape."""
         if qualname not in self._params:
-            kind = "param"
             self._params[qualname] = Pending(qualname, tuple(t.shape), t.dtype,
-                                             InputSource(kind, qualname=qualname))
+                                             InputSource("param", qualname=qualname))
         return self._params[qualname]
 
     def shape_of(self, v: Any) -> Tuple[int, ...]:
@@ -379,9 +377,6 @@ def _python_level(target: Any, args: Any, kwargs: Any) -> bool:
     here, as the program would have evaluated it, since shapes are static."""
     if getattr(target, "__module__", None) not in _PY_MODULES:
         return False
-    if target is getattr or target is operator.getitem:
-        return not any(isinstance(v, (TensorValue, Pending, ops.MaxResult, ops.Opaque))
-                       for v in _flatten((args, kwargs)))
     return not any(isinstance(v, (TensorValue, Pending, ops.MaxResult, ops.Opaque))
                    for v in _flatten((args, kwargs)))
 
