@@ -49,12 +49,19 @@ def optimize(spec_path: str, out_dir: str, *, kiln: Optional[str] = None,
         cmd += ["--time-limit", str(time_limit)]
     cmd += extra or []
     print(f"kiln.compile: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
-                       stderr=subprocess.PIPE if quiet else None, text=True)
+    try:
+        sys.stderr.fileno()
+        stream = not quiet
+    except (AttributeError, OSError, ValueError):  # a notebook's stderr: print kiln's at the end
+        stream = False
+    r = subprocess.run(cmd, stdout=sys.stderr if stream else subprocess.PIPE,
+                       stderr=None if stream else subprocess.STDOUT, text=True)
+    if not stream and not quiet and r.stdout:
+        print(r.stdout, file=sys.stderr, end="")
     cus = sorted(f for f in os.listdir(out_dir) if f.endswith(".cu")) \
         if os.path.isdir(out_dir) else []
     if r.returncode != 0 or not cus:
-        tail = ((r.stdout or "") + (r.stderr or "")).strip().splitlines()[-8:]
+        tail = (r.stdout or "").strip().splitlines()[-8:]
         raise KilnError(f"kiln: `{' '.join(cmd)}` exited {r.returncode} and shipped no .cu"
                         + ("".join("\n  " + t for t in tail) if tail else
                            " (its output is above)"))
