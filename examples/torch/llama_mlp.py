@@ -183,9 +183,9 @@ def gpu(size: str, out_json: str | None) -> int:
                "cuda": torch.version.cuda, "size": size, "shape": SIZES[size], "errors": {}}
 
     os.environ.setdefault("KILN_TORCH_CACHE", CACHE)
-    import torch._dynamo
+    from torch import _dynamo as torch_dynamo  # not `import torch._dynamo`: that binds `torch` here
     from kiln.dynamo import make_backend
-    torch._dynamo.reset()
+    torch_dynamo.reset()
     compiled_kiln = torch.compile(model, backend=make_backend(cache=CACHE), dynamic=False)
     compiled_inductor = torch.compile(model, dynamic=False)
     runs = {"kiln.compile": fast, "torch.compile(backend=kiln.backend)": compiled_kiln,

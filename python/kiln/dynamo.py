@@ -148,7 +148,13 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, cache: Optiona
                       f"whole graph goes to {fallback}")
         return _fallback(fallback, gm, example_inputs)
     REPORT.clear()
+    # Partitioning rebuilds the graph (legalize_graph copies its nodes), which drops the
+    # `_dynamo_source` attribute Dynamo sets on each placeholder and Inductor (torch 2.11) reads;
+    # it is put back on the rebuilt placeholders by name.
+    sources = {n.name: n._dynamo_source for n in gm.graph.nodes
+               if n.op == "placeholder" and hasattr(n, "_dynamo_source")}
     fused, parts = partition(gm, example_inputs, min_ops=min_ops, say=say)
+    _restore_dynamo_sources(sources, gm)
     if not parts:
         return _fallback(fallback, gm, example_inputs)
     from .compiler import compile as kiln_compile
@@ -166,7 +172,14 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, cache: Optiona
         REPORT.append(f"{target}: kiln kernel {compiled.folder}")
         say(f"{target}: {len(sub.graph.nodes)} fx nodes -> one Kiln kernel ({compiled.folder})")
     fused.recompile()
+    _restore_dynamo_sources(sources, fused)
     return _fallback(fallback, fused, example_inputs)
+
+
+def _restore_dynamo_sources(sources: Dict[str, Any], gm: fx.GraphModule) -> None:
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and n.name in sources and not hasattr(n, "_dynamo_source"):
+            n._dynamo_source = sources[n.name]
 
 
 def partition(gm: fx.GraphModule, example_inputs: Sequence[Any], *, min_ops: int = 2,

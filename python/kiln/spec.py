@@ -137,22 +137,37 @@ class Spec:
 
     def canonical_hash(self) -> str:
         """A hash of what the program computes and its calling convention: input shapes and dtypes
-        in order, ops with their attrs, operands by position, outputs by position. Names (the
-        program's, inputs', nodes') and `doc` do not count, so the same computation traced by
-        another tracer or another PyTorch version gets the same hash (the compile cache key)."""
+        in order, and each output's expression over them (ops with their attrs, operands by
+        position). Names (the program's, inputs', nodes'), `doc`, the order of the nodes and the
+        order of a commutative op's operands (where it keeps the result dtype) do not count, so
+        the same computation traced by another tracer or another PyTorch version (Dynamo orders
+        nodes unlike torch.fx) gets the same hash: the compile cache key."""
         d = self.data
-        index: Dict[str, str] = {}
-        canon: List[Any] = []
+        expr: Dict[str, str] = {}  # a value's expression, as a hash
+        dtype: Dict[str, Optional[str]] = {}  # None: a constant (no say in the result dtype)
+        sig: List[Any] = []
         for k, i in enumerate(d["inputs"]):
-            index[i["name"]] = f"i{k}"
-            canon.append(["in", i["shape"], i["dtype"]])
-        for k, n in enumerate(d["nodes"]):
-            index[n["name"]] = f"n{k}"
-            canon.append(["node", n["op"], [index[x] for x in n.get("inputs", [])],
-                          sorted(n.get("attrs", {}).items())])
-        canon.append(["out", [index[o] for o in d["outputs"]]])
-        text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
+            expr[i["name"]] = f"i{k}"
+            dtype[i["name"]] = i["dtype"]
+            sig.append([i["shape"], i["dtype"]])
+        for n in d["nodes"]:  # spec/1 nodes come after their operands
+            ins = n.get("inputs", [])
+            known = [dtype[x] for x in ins if dtype[x] is not None]
+            dtype[n["name"]] = known[0] if known else None
+            operands = [expr[x] for x in ins]
+            # x*y and y*x are one program where the swap keeps the result dtype (the first
+            # non-constant input's).
+            if n["op"] in COMMUTATIVE and len(set(known)) <= 1:
+                operands.sort()
+            text = json.dumps([n["op"], operands, sorted(n.get("attrs", {}).items())],
+                              sort_keys=True, separators=(",", ":"))
+            expr[n["name"]] = hashlib.sha256(text.encode()).hexdigest()
+        text = json.dumps([sig, [expr[o] for o in d["outputs"]]], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# Binary ops whose operands commute (spec/1).
+COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
 
 
 class SpecBuilder:

@@ -94,5 +94,44 @@ class Glue(unittest.TestCase):
                 prepare(model, [x], cu=bad, cache=os.path.join(d, "c2"), check=False)
 
 
+class CacheKey(unittest.TestCase):
+    """The compile cache's key: one program, one key, whichever way a tracer ordered the operands
+    of a commutative op; a different program (or a swap that changes a result dtype) another."""
+
+    @staticmethod
+    def key(a: str, b: str, op: str = "mul", da: str = "f16", db: str = "f16") -> str:
+        from kiln.spec import Spec
+        data = {"format": "spec/1", "name": "k",
+                "inputs": [{"name": "x", "shape": [4, 8], "dtype": da},
+                           {"name": "y", "shape": [4, 8], "dtype": db}],
+                "nodes": [{"name": "e", "op": "exp", "inputs": ["x"]},
+                          {"name": "r", "op": op, "inputs": [a, b]}],
+                "outputs": ["r"]}
+        return Spec(data, []).canonical_hash()
+
+    def test_commutative_operands(self) -> None:
+        for op in ("add", "mul", "maximum", "minimum"):
+            self.assertEqual(self.key("e", "y", op), self.key("y", "e", op), op)
+        self.assertNotEqual(self.key("e", "y", "sub"), self.key("y", "e", "sub"))
+        self.assertNotEqual(self.key("e", "y", "div"), self.key("y", "e", "div"))
+        # f16 * f32 is f16, f32 * f16 is f32: two programs.
+        self.assertNotEqual(self.key("e", "y", db="f32"), self.key("y", "e", db="f32"))
+        self.assertNotEqual(self.key("e", "y"), self.key("e", "x"))
+
+    def test_node_order(self) -> None:
+        from kiln.spec import Spec
+
+        def spec(nodes: list) -> str:
+            return Spec({"format": "spec/1", "name": "k",
+                         "inputs": [{"name": "x", "shape": [4, 8], "dtype": "f16"}],
+                         "nodes": nodes, "outputs": ["r"]}, []).canonical_hash()
+        a = {"name": "a", "op": "exp", "inputs": ["x"]}
+        b = {"name": "b", "op": "sigmoid", "inputs": ["x"]}
+        r = {"name": "r", "op": "sub", "inputs": ["a", "b"]}
+        self.assertEqual(spec([a, b, r]), spec([b, a, r]))
+        r2 = {"name": "r", "op": "sub", "inputs": ["b", "a"]}
+        self.assertNotEqual(spec([a, b, r]), spec([a, b, r2]))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
