@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pins the code Kiln emits for every example: emits each examples/*.json (specs and μGraphs) for
+# Pins the code Kiln emits for every example and stored winner: emits each examples/*.json and
+# tests/regression/*.json (specs and μGraphs) for
 # both targets with KILN and compares the files' SHA-256 with tests/data/emitted.sha256. CTest runs
 # it (`emitted_code_pinned`), so a change meant to leave emitted code alone (a refactor) is checked
 # on every run; a change that alters it on purpose rewrites the list with --update, and the list's
@@ -21,8 +22,12 @@ KILN=$(cd "$(dirname "$KILN")" && pwd)/$(basename "$KILN")
 cd "$ROOT"
 for target in sm_90a sm_80; do
   mkdir -p "$TMP/$target"
-  for f in examples/*.json; do
+  # The examples, and the stored winners under regression test (tests/regression: the shipped
+  # μGraphs of the suite and their specs; their names are prefixed, they repeat examples' names).
+  for f in examples/*.json tests/regression/*.json; do
+    case $f in */manifest.json) continue ;; esac
     name=$(basename "$f" .json)
+    case $f in tests/regression/*) name="regression_$name" ;; esac
     if ! "$KILN" emit "$f" --target "$target" -o "$TMP/$target/$name.cu" >/dev/null 2>"$TMP/err"; then
       echo "emit_hashes: kiln emit failed on $f ($target):" >&2
       cat "$TMP/err" >&2
