@@ -13,16 +13,18 @@
 #include "kiln/codegen/lowerings/elementwise.h"
 #include "kiln/codegen/lowerings/gemm.h"
 #include "kiln/codegen/lowerings/gemv.h"
+#include "kiln/codegen/lowerings/row_chain.h"
 #include "kiln/codegen/lowerings/rows.h"
 #include "kiln/codegen/lowerings/trivial.h"
 
 namespace kiln {
 
-using LoweredPlan = std::variant<UnplannedKernel,  // never matches: the default
-                                 FillKernel, FoldedConstant,
-                                 FusedIntoKernel,  // never matches: assigned by a consumer
-                                 ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel,
-                                 ColumnKernel, GemvKernel, WgmmaGemmKernel, GemmTcKernel, FmaKernel,
-                                 ContractionKernel, AttentionKernel, BlockGraphKernel>;
+using LoweredPlan =
+    std::variant<UnplannedKernel,  // never matches: the default
+                 FillKernel, FoldedConstant,
+                 FusedIntoKernel,  // never matches: assigned by a consumer
+                 ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnKernel,
+                 GemvKernel, WgmmaGemmKernel, GemmTcKernel, FmaKernel, ContractionKernel,
+                 AttentionKernel, RowChainKernel, BlockGraphKernel>;
 
 }  // namespace kiln

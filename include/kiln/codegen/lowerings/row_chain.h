@@ -1,0 +1,39 @@
+// Graph-defined row chains in registers: a block graph whose every value is a full row of N
+// elements (per row, or the same for every row: a weight), one value per row (a reduction over
+// the row) or a constant, computed from rows of its inputs by elementwise ops and sums, means and
+// maxima over the row: the search's fusions of rms_norm, layer_norm and softmax over the row, and
+// of chains of them (norm -> residual add -> norm). The generic block-graph kernel stages every
+// tile in shared memory with barriers between steps; this kernel holds each row in registers
+// (8-element chunks loaded with 16-byte vector loads, chunk c of a row at thread c % T), reduces
+// with warp shuffles and one shared 32-float scratch per block reduction, and walks the rows of its
+// block one after another. The value of every element is the block graph's (same ops in float32,
+// same rounding of inputs and outputs); only the placement differs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/codegen/lowering.h"
+
+namespace kiln {
+
+struct RowChainKernel {
+  // What a block op's value is, per row of the block.
+  enum class Kind : uint8_t {
+    Row,     // N elements that differ per row ([R, N] tiles)
+    Weight,  // N elements shared by every row ([N] inputs and what only they feed)
+    Scalar,  // one value per row ([R, 1]: a reduction over the row)
+    Const,   // one value for the block (constants)
+    Out,     // an output saver
+  };
+  int64_t rows = 1;        // R: rows per block (the block graph's tile)
+  int64_t n = 0;           // N: elements per row, a multiple of 8
+  int64_t blocks = 1;      // G: the block graph's blocks, one row group each
+  int threads = 32;        // T: threads per block
+  int chunks = 1;          // K: 8-element chunks of a row per thread (the last ones may be empty)
+  int reductions = 0;      // block reductions per row
+  std::vector<Kind> kind;  // per block op
+  KILN_LOWERING(RowChainKernel);
+};
+
+}  // namespace kiln

@@ -1,0 +1,152 @@
+// The row-chain lowering takes exactly the block graphs whose values are whole rows (per row or
+// shared weights), per-row scalars and constants, with reductions over the row only, and plans a
+// launch that covers every chunk of a row; anything else stays with the generic block kernel.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "kiln/codegen/emit.h"
+#include "kiln/codegen/lowerings/row_chain.h"
+#include "kiln/codegen/schedule.h"
+
+namespace kiln {
+namespace {
+
+// What to break in the sandwich norm O = rms_norm(X + rms_norm(Y) * w1) * w2, M rows of N, R rows
+// per block: each variant violates one condition of the lowering.
+enum class Variant {
+  Plain,
+  LoopOverRows,    // the rows walked by a loop dim, not the grid
+  ColumnSum,       // a reduction over the rows, not along them
+  WeightPerBlock,  // a [G, N] weight tiled by the grid: not one weight for every row
+  MatMul,          // a product in the chain
+};
+
+struct Case {
+  int64_t M, N, R;
+  DType dt = DType::F16;
+};
+
+// rms_norm(x) * w over the last dim as the search writes it in a block graph: the sum of squares,
+// then elementwise ops.
+int rms(BlockGraphBuilder& b, int x, int w, int64_t N) {
+  Attrs sum;
+  sum.dim = 1;
+  sum.keepdim = true;
+  int ss = b.op(OpKind::Sum, {b.op(OpKind::Square, {x})}, sum);
+  Attrs inv, eps;
+  inv.value = 1.0 / double(N);
+  eps.value = 1e-6;
+  int ms = b.op(OpKind::Mul, {ss, b.op(OpKind::Constant, {}, inv)});
+  int r = b.op(OpKind::Rsqrt, {b.op(OpKind::Add, {ms, b.op(OpKind::Constant, {}, eps)})});
+  return b.op(OpKind::Mul, {b.op(OpKind::Mul, {x, r}), w});
+}
+
+BlockGraph build(const Case& c, Variant v) {
+  const int64_t G = c.M / c.R;
+  std::vector<TensorDesc> ins = {{"X", {c.M, c.N}, c.dt},
+                                 {"Y", {c.M, c.N}, c.dt},
+                                 {"w1", {c.N}, c.dt},
+                                 {"w2", {v == Variant::WeightPerBlock ? G : 1, c.N}, c.dt},
+                                 {"P", {c.N, c.N}, c.dt}};
+  const bool loop = v == Variant::LoopOverRows;
+  BlockGraphBuilder b(loop ? std::vector<int64_t>{1} : std::vector<int64_t>{G}, 128,
+                      loop ? std::vector<int64_t>{G} : std::vector<int64_t>{}, ins);
+  const std::vector<int> rows_imap = loop ? std::vector<int>{-1} : std::vector<int>{0};
+  const std::vector<int> rows_fmap = loop ? std::vector<int>{0} : std::vector<int>{};
+  const std::vector<int> none_fmap = loop ? std::vector<int>{-1} : std::vector<int>{};
+  int x = b.input(0, rows_imap, rows_fmap);
+  int y = b.input(1, rows_imap, rows_fmap);
+  int w1 = b.input(2, {-1}, none_fmap);
+  int w2 = b.input(3, v == Variant::WeightPerBlock ? std::vector<int>{0} : std::vector<int>{-1},
+                   none_fmap);
+  int n1 = rms(b, y, w1, c.N);
+  if (v == Variant::MatMul) n1 = b.op(OpKind::MatMul, {n1, b.input(4, {-1}, none_fmap)});
+  int s = b.op(OpKind::Add, {x, n1});
+  if (v == Variant::ColumnSum) {
+    Attrs sum;
+    sum.dim = 0;
+    sum.keepdim = true;
+    s = b.op(OpKind::Add, {s, b.op(OpKind::Sum, {s}, sum)});
+  }
+  int o = rms(b, s, w2, c.N);
+  b.output(o, rows_imap, rows_fmap, c.dt, "O");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+KernelGraph wrap(const Case& c, Variant v) {
+  KernelGraphBuilder kb("row_chain", "", Arch::Sm90a);
+  const int64_t G = c.M / c.R;
+  std::vector<int> ins = {kb.input("X", {c.M, c.N}, c.dt), kb.input("Y", {c.M, c.N}, c.dt),
+                          kb.input("w1", {c.N}, c.dt),
+                          kb.input("w2", {v == Variant::WeightPerBlock ? G : 1, c.N}, c.dt),
+                          kb.input("P", {c.N, c.N}, c.dt)};
+  auto bg = std::make_shared<const BlockGraph>(build(c, v));
+  kb.output(kb.graph_defined(bg, ins, "k")[0]);
+  return std::move(kb).finish();
+}
+
+TEST(RowChain, PlansEveryRowShape) {
+  const Target& t = target_for(Arch::Sm90a);
+  for (const Case& c :
+       {Case{1, 8192, 1}, Case{16, 8192, 1}, Case{128, 4096, 2}, Case{64, 11008, 1},
+        Case{8, 256, 8}, Case{4, 64, 1, DType::F32}, Case{32, 4096, 1, DType::BF16}}) {
+    SCOPED_TRACE(fmt::format("M {} N {} R {} {}", c.M, c.N, c.R, dtype_name(c.dt)));
+    KernelGraph g = wrap(c, Variant::Plain);
+    const Schedule s = plan_schedule(g, t);
+    const RowChainKernel* p = s.kernels[0].as<RowChainKernel>();
+    ASSERT_TRUE(p) << s.kernels[0].strategy();
+    EXPECT_EQ(p->rows, c.R);
+    EXPECT_EQ(p->n, c.N);
+    EXPECT_EQ(p->blocks, c.M / c.R);
+    EXPECT_EQ(s.kernels[0].grid, c.M / c.R);
+    // Every 8-element chunk of a row has a thread, and no thread is idle across all its chunks.
+    EXPECT_EQ(p->threads % 32, 0);
+    EXPECT_LE(p->threads, 1024);
+    EXPECT_GE(int64_t(p->threads) * p->chunks * 8, c.N);
+    EXPECT_LT(int64_t(p->threads) * (p->chunks - 1) * 8, c.N);
+    EXPECT_EQ(p->reductions, 2);
+    // The emitted kernel holds the rows in registers and reduces twice per row.
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find("row chain in registers"), std::string::npos);
+    size_t reduces = 0;
+    for (size_t at = cu.find("kiln::rt::block_reduce(v"); at != std::string::npos;
+         at = cu.find("kiln::rt::block_reduce(", at + 1))
+      ++reduces;
+    EXPECT_GE(reduces, 2u);
+  }
+}
+
+TEST(RowChain, LeavesEverythingElseToTheBlockKernel) {
+  const Target& t = target_for(Arch::Sm90a);
+  const Case c{16, 64, 2};
+  for (Variant v :
+       {Variant::LoopOverRows, Variant::ColumnSum, Variant::WeightPerBlock, Variant::MatMul}) {
+    SCOPED_TRACE(static_cast<int>(v));
+    const Schedule s = plan_schedule(wrap(c, v), t);
+    EXPECT_FALSE(s.kernels[0].as<RowChainKernel>()) << s.kernels[0].strategy();
+    EXPECT_TRUE(s.kernels[0].as<BlockGraphKernel>()) << s.kernels[0].strategy();
+  }
+  // Rows not a whole number of 8-element chunks.
+  EXPECT_FALSE(
+      plan_schedule(wrap({16, 1004, 1}, Variant::Plain), t).kernels[0].as<RowChainKernel>());
+  // The CPU simulator's plans: generic kernels only.
+  EXPECT_FALSE(plan_schedule(wrap(c, Variant::Plain), t, PlanOptions{false})
+                   .kernels[0]
+                   .as<RowChainKernel>());
+}
+
+TEST(RowChain, CostsItsRowsAndReductions) {
+  // More rows per block cost more (they run one after another); the same rows over more blocks
+  // cost no more.
+  const Target& t = target_for(Arch::Sm90a);
+  auto time = [&](const Case& c) {
+    KernelGraph g = wrap(c, Variant::Plain);
+    const Schedule s = plan_schedule(g, t);
+    return plan_cost(g, g.ops.back(), t, s.kernels.back()).time;
+  };
+  EXPECT_LT(time({16, 1024, 1}), time({16, 1024, 4}));
+  EXPECT_LE(time({16, 1024, 1}), time({16, 1024, 8}));
+}
+
+}  // namespace
+}  // namespace kiln
