@@ -141,7 +141,8 @@ void add_optimize(CLI::App& app) {
   cmd->add_option("--target", target, "GPU target")
       ->check(CLI::IsMember({"sm_90a", "sm_80"}))
       ->capture_default_str();
-  cmd->add_option("--trace", trace_file, "write a JSON Lines trace of the search here");
+  cmd->add_option("--trace", trace_file,
+                  "write the search tree here (a SQLite database; explore it with kiln trace)");
   cmd->add_option("--top", top, "verified candidates to keep")
       ->check(whole_number(1, 1000, "candidates"))
       ->capture_default_str();
@@ -206,8 +207,8 @@ void add_optimize(CLI::App& app) {
     std::string key = search::cache_key(spec, cfg);
     bool tty = isatty(fileno(stderr));
     std::optional<search::SearchResult> cached;
-    // A trace needs a real run, and never writes the cache either (it explores less in the same
-    // time): no lock, no load, no store.
+    // A trace needs a real run: no lock, no load. Its result is stored only when it is what an
+    // untraced run gives (below).
     const bool use_cache = !no_cache && trace_file.empty();
     bool may_store = use_cache;
     // The entry's lock, held through load, recheck, search and store: a second run of this spec
@@ -254,12 +255,12 @@ void add_optimize(CLI::App& app) {
       }
     }
     search::SearchResult res;
+    std::unique_ptr<search::TraceWriter> tw;
     if (cached) {
       res = std::move(*cached);
       std::fprintf(stderr, "kiln: %s: cached result %s (from %s)\n", spec.name.c_str(), key.c_str(),
                    dir.c_str());
     } else {
-      std::unique_ptr<search::TraceWriter> tw;
       if (!trace_file.empty()) tw = std::make_unique<search::TraceWriter>(trace_file);
       search::ProgressFn progress;
       if (tty)
@@ -276,8 +277,16 @@ void add_optimize(CLI::App& app) {
       res = search::run_search(spec, cfg, tw.get(), progress);
       if (tty) std::fprintf(stderr, "\n");
       // A result with nothing to ship is not worth keeping: the next run searches again. A traced
-      // run is slower (it explores less in the same time), so it never writes the cache.
+      // run is a little slower, so under a limit it may explore less than an untraced one; its
+      // result is stored only when no limit cut it (exhausted, every check run), where the search
+      // is deterministic and an untraced run finds the same.
       if (may_store && !res.ranked.empty()) search::cache_store(dir, key, res);
+      if (tw && !no_cache && !res.ranked.empty() && res.stop == search::StopReason::Exhausted &&
+          res.cut.empty()) {
+        FileLock l = search::lock_cache_entry(dir, key);
+        if (search::cache_load(dir, key).status != search::CacheStatus::NotRegular)
+          search::cache_store(dir, key, res);
+      }
     }
     entry_lock.release();
     for (const std::string& cut : res.cut) std::fprintf(stderr, "kiln: cut: %s\n", cut.c_str());
@@ -346,6 +355,10 @@ void add_optimize(CLI::App& app) {
       for (const search::Candidate& r : res.rejected) po.spec_fallback &= !r.is_spec;
       prof_res = search::profile_candidates(spec, top, po);
       if (tty) std::fprintf(stderr, "\r\033[K");
+      if (tw)
+        for (const search::ProfiledCandidate& p : prof_res->ranked)
+          tw->measured(p.candidate.state, p.m.ok() ? p.m.us : -1,
+                       search::profile_status_name(p.m.status));
     }
     const search::Candidate& model_best = res.best();
     const search::ProfiledCandidate* measured = prof_res ? prof_res->winner() : nullptr;
@@ -443,6 +456,13 @@ void add_optimize(CLI::App& app) {
                  best.graph.num_kernels(), best.cost.time * 1e6,
                  measured ? fmt::format(", {:.2f} us measured", measured->m.us).c_str() : "",
                  best.is_spec ? "itself" : "beaten", best.verdict.c_str());
+    if (tw) {
+      tw->close();  // waits for the writer: the last rows, the indexes
+      std::error_code ec;
+      auto bytes = std::filesystem::file_size(trace_file, ec);
+      std::fprintf(stderr, "kiln: trace: %s (%.1f MB; kiln trace %s summary)\n", trace_file.c_str(),
+                   ec ? 0.0 : double(bytes) / 1e6, trace_file.c_str());
+    }
     std::printf("%s/%s.mugraph.json\n", out_dir.c_str(), spec.name.c_str());
   });
 }
