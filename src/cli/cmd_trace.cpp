@@ -1,5 +1,5 @@
-// `kiln trace FILE summary|top [K]|why ID|path ID|tree [ID]|graph ID`: explores a search
-// trace written by `kiln optimize --trace FILE` (docs/trace-format.md). Every verb reads the
+// `kiln trace FILE summary|top [K]|why ID|path ID|tree [ID]|graph ID|html -o DIR`: explores a
+// search trace written by `kiln optimize --trace FILE` (docs/trace-format.md). Every verb reads the
 // database through its indexes, so each answers at once whatever the trace's size; `--json`
 // prints the same answer as JSON.
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/search/trace_db.h"
+#include "kiln/search/trace_html.h"
 
 namespace kiln::cli {
 
@@ -40,8 +41,9 @@ void add_trace(CLI::App& app) {
   static double min_cost = -1, max_cost = -1;
   static bool json = false;
   cmd->add_option("FILE", file, "trace database (kiln optimize --trace FILE)")->required();
-  cmd->add_option("VERB", what, "summary | top [K] | why ID | path ID | tree [ID] | graph ID")
-      ->check(CLI::IsMember({"summary", "top", "why", "path", "tree", "graph"}))
+  cmd->add_option("VERB", what,
+                  "summary | top [K] | why ID | path ID | tree [ID] | graph ID | html -o DIR")
+      ->check(CLI::IsMember({"summary", "top", "why", "path", "tree", "graph", "html"}))
       ->capture_default_str();
   cmd->add_option("ARG", args, "K for top; the state ID for why, path, tree and graph");
   cmd->add_flag("--json", json, "print JSON instead of text");
@@ -63,7 +65,8 @@ void add_trace(CLI::App& app) {
   cmd->add_option("--limit", limit, "tree: children shown per state")
       ->check(whole_number(1, 1000000, "children"))
       ->capture_default_str();
-  cmd->add_option("-o,--out", out, "graph: write the μGraph here (default stdout)");
+  cmd->add_option("-o,--out", out,
+                  "graph: write the μGraph here (default stdout); html: the page's directory");
   cmd->callback([] {
     search::TraceDb db = search::TraceDb::open(file);
     auto id_arg = [&](const char* verb) {
@@ -139,6 +142,27 @@ void add_trace(CLI::App& app) {
         std::fprintf(stderr, "kiln: wrote the μGraph of state #%lld to %s\n",
                      static_cast<long long>(id), out.c_str());
       }
+    } else {
+      if (out.empty())
+        throw UserError(ErrorCode::Schema, "trace html needs an output directory",
+                        "kiln trace FILE html -o DIR");
+      make_dirs(out);
+      search::HtmlStats hs = search::write_trace_html(db, out + "/index.html");
+      if (json)
+        print(nlohmann::json({{"page", out + "/index.html"},
+                              {"candidates", hs.candidates},
+                              {"graphs", hs.graphs},
+                              {"tree_states", hs.tree_states},
+                              {"bytes", hs.bytes}})
+                  .dump(2) +
+              "\n");
+      else
+        std::fprintf(stderr,
+                     "kiln: wrote %s/index.html (%lld candidates, %lld graphs, %lld tree states, "
+                     "%lld KB)\n",
+                     out.c_str(), static_cast<long long>(hs.candidates),
+                     static_cast<long long>(hs.graphs), static_cast<long long>(hs.tree_states),
+                     static_cast<long long>(hs.bytes >> 10));
     }
   });
 }

@@ -92,6 +92,12 @@ TEST(Cli, ShowPrintsSpecsAndMugraphs) {
   KilnRun d = kiln("show --dot " + example("gqa.mugraph.json"));
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(d.out.rfind("digraph", 0), 0u);
+  // --svg: a standalone SVG document (the drawing's properties: PrintSvg in tests/ir).
+  KilnRun v = kiln("show --svg " + example("gqa.mugraph.json"));
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_EQ(v.out.substr(v.out.size() - 7), "</svg>\n");
+  EXPECT_EQ(kiln("show --svg --dot " + example("gqa.mugraph.json")).status, 2);
 }
 
 TEST(Cli, InvalidSpecExitsTwoWithLocationAndWritesNothing) {
