@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake g++ make libz3-dev nlohmann-json3-dev libfmt-dev libcli11-dev googletest libgtest-dev
       libtbb-dev libbenchmark-dev ninja-build clang libclang-rt-14-dev libsqlite3-dev
-      python3 chromium)
+      libxxhash-dev libspdlog-dev python3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/hash.h"
 
 namespace kiln::search {
 
@@ -1324,9 +1325,7 @@ std::string fingerprint(const KernelGraph& g) {
     }
   }
   for (int o : g.outputs) s += fmt::format("out{};", o);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+  return hash_hex(s);
 }
 
 }  // namespace kiln::search

@@ -932,6 +932,29 @@ TEST(Cli, AnExhaustedTracedRunFillsTheCache) {
   EXPECT_EQ(t2.err.find("cached result"), std::string::npos) << t2.err;
 }
 
+// stderr: -q leaves warnings and errors only, -v adds details, and off a terminal (as here) a
+// progress line comes every --progress-every seconds; stdout (the winner's path) never changes.
+TEST(Cli, QuietVerboseAndProgressOffATerminal) {
+  const std::string dir = std::string(KILN_BINARY_DIR) + "/cli_verbosity";
+  std::filesystem::remove_all(dir);
+  const std::string run = "optimize " + example("rmsnorm_linear.json") + " --no-cache " +
+                          "--no-profile --threads 2 --time-limit 30 -o " + dir;
+  KilnRun normal = kiln(run + "/n --progress-every 0.2");
+  ASSERT_EQ(normal.status, 0) << normal.err;
+  EXPECT_NE(normal.err.find("kiln: [generate] "), std::string::npos) << normal.err;
+  EXPECT_NE(normal.err.find("kiln: best: "), std::string::npos);
+  EXPECT_EQ(normal.err.find("generation "), std::string::npos) << "a detail without -v";
+  KilnRun quiet = kiln("-q " + run + "/q --progress-every 0.2");
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  KilnRun verbose = kiln(run + "/v -v");
+  ASSERT_EQ(verbose.status, 0) << verbose.err;
+  EXPECT_NE(verbose.err.find("generation "), std::string::npos) << verbose.err;
+  EXPECT_EQ(normal.out, dir + "/n/rmsnorm_linear.mugraph.json\n");
+  EXPECT_EQ(quiet.out, dir + "/q/rmsnorm_linear.mugraph.json\n");
+  EXPECT_EQ(kiln("-q -v " + run + "/x").status, 2);
+}
+
 TEST(Cli, ReadmeCommandsRunAsWritten) {
   std::ifstream f(std::string(KILN_SOURCE_DIR) + "/README.md");
   std::string line;
