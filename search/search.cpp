@@ -237,6 +237,7 @@ class TraceSink {
         variant_ids_(std::move(variant_ids)),
         base_(first_id),
         pending_(variant_ids_.size()) {}
+  int64_t batch_rows() const { return w_->batch_rows(); }
 
   // Rows, enumerations and updates of branch b with local ids (a parent -1 is the variant, -2 the
   // root; an update of id -1 is of the variant). `ids`: the local ids the branch used, once it is
@@ -337,7 +338,7 @@ class BranchRunner {
   // Trace rows: local ids count from 0; -1 is the variant itself, whose parent is the root
   // (marked -2); the TraceSink gives them their final ids.
   int64_t state(int64_t parent, TraceKind kind, std::string detail, std::string decision = {}) {
-    if (tracing() && rows_.size() >= 8192) flush(false);
+    if (tracing() && static_cast<int64_t>(rows_.size()) >= sink_->batch_rows()) flush(false);
     sh_.count_state();
     out_.stats.states++;
     int64_t id = out_.ids++;
@@ -481,7 +482,7 @@ class BranchRunner {
         out_.ids += static_cast<int64_t>(run.states.size());
         run_states_ += static_cast<int64_t>(run.states.size());
         runs_.push_back(std::move(run));
-        if (run_states_ >= 65536) {
+        if (run_states_ >= 8 * sink_->batch_rows()) {
           flush(false);
           run_states_ = 0;
         }

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <set>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <variant>
@@ -357,7 +357,8 @@ struct TraceWriter::Impl {
   }
 };
 
-TraceWriter::TraceWriter(const std::string& path) : impl_(std::make_unique<Impl>()) {
+TraceWriter::TraceWriter(const std::string& path, int64_t batch_rows)
+    : batch_rows_(std::max<int64_t>(1, batch_rows)), impl_(std::make_unique<Impl>()) {
   impl_->path = path;
   // Open here, on the caller's thread, so that a path that cannot be written is a user error at
   // once (before the search), not a failure at the end.

@@ -33,8 +33,9 @@ SearchConfig small_config(int threads = 2) {
   return c;
 }
 
-SearchResult traced(const KernelGraph& spec, const SearchConfig& c, const std::string& path) {
-  TraceWriter w(path);
+SearchResult traced(const KernelGraph& spec, const SearchConfig& c, const std::string& path,
+                    int64_t batch_rows = 8192) {
+  TraceWriter w(path, batch_rows);
   SearchResult r = run_search(spec, c, &w);
   w.close();
   return r;
@@ -129,10 +130,12 @@ TEST(Trace, TracingChangesNothingTheSearchFinds) {
 
 TEST(Trace, TheSameSearchWritesTheSameTrace) {
   // Two threads twice and one thread: ids, parents, outcomes and decisions agree (times differ).
+  // The last run hands rows over 7 at a time, so that branches hand over mid-way, rows of a
+  // later variant wait for earlier ones, and outcomes arrive as updates of rows handed over.
   std::vector<std::vector<TraceRow>> runs;
-  for (int threads : {2, 2, 1}) {
+  for (auto [threads, batch] : {std::pair{2, 8192}, {2, 8192}, {1, 8192}, {2, 7}}) {
     std::string path = temp("same_" + std::to_string(runs.size()) + ".trace");
-    traced(testing::small_gated_mlp(), small_config(threads), path);
+    traced(testing::small_gated_mlp(), small_config(threads), path, batch);
     runs.push_back(all_states(TraceDb::open(path)));
   }
   for (size_t k = 1; k < runs.size(); ++k) {

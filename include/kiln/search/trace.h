@@ -79,8 +79,9 @@ struct TraceUpdate {
 class TraceWriter {
  public:
   // Creates the database at `path`, replacing a file that is there. Throws UserError(Io) when the
-  // file cannot be created.
-  explicit TraceWriter(const std::string& path);
+  // file cannot be created. `batch_rows`: how many rows a branch of the search gathers before it
+  // hands them over (tests make it small, to hand over mid-way through everything).
+  explicit TraceWriter(const std::string& path, int64_t batch_rows = 8192);
   ~TraceWriter();  // close(), errors swallowed
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -98,8 +99,10 @@ class TraceWriter {
   // Drains the queue, builds the indexes and the summary counts, and commits. Idempotent. Throws
   // UserError(Io) when anything failed to write (the disk filled up, say).
   void close();
+  int64_t batch_rows() const { return batch_rows_; }
 
  private:
+  int64_t batch_rows_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
