@@ -9,6 +9,7 @@
 #include "kiln/ir/json_io.h"
 #include "kiln/search/trace_db.h"
 #include "kiln/search/trace_html.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -139,8 +140,7 @@ void add_trace(CLI::App& app) {
       } else {
         make_parent_dirs(out);
         write_file_text(out, text);
-        std::fprintf(stderr, "kiln: wrote the μGraph of state #%lld to %s\n",
-                     static_cast<long long>(id), out.c_str());
+        note("wrote the μGraph of state #{} to {}", id, out);
       }
     } else {
       if (out.empty())
@@ -157,12 +157,8 @@ void add_trace(CLI::App& app) {
                   .dump(2) +
               "\n");
       else
-        std::fprintf(stderr,
-                     "kiln: wrote %s/index.html (%lld candidates, %lld graphs, %lld tree states, "
-                     "%lld KB)\n",
-                     out.c_str(), static_cast<long long>(hs.candidates),
-                     static_cast<long long>(hs.graphs), static_cast<long long>(hs.tree_states),
-                     static_cast<long long>(hs.bytes >> 10));
+        note("wrote {}/index.html ({} candidates, {} graphs, {} tree states, {} KB)", out,
+             hs.candidates, hs.graphs, hs.tree_states, hs.bytes >> 10);
     }
   });
 }

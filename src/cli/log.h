@@ -1,6 +1,8 @@
 // The CLI's messages on stderr, through spdlog (formatted by fmt): notes and progress at info
 // ("kiln: ..."), details at debug, problems at warn, always with the "kiln: " prefix. `-q` shows
 // warnings and errors only, `-v` adds the details. Results go to stdout, never through here.
+// Notes whose text predates this ("wrote X", "kiln check: [i/n] ...") keep it and ask
+// notes_shown() first, so -q silences them as well; errors are printed whatever the level.
 #pragma once
 
 #include <utility>

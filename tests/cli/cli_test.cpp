@@ -953,6 +953,15 @@ TEST(Cli, QuietVerboseAndProgressOffATerminal) {
   EXPECT_EQ(normal.out, dir + "/n/rmsnorm_linear.mugraph.json\n");
   EXPECT_EQ(quiet.out, dir + "/q/rmsnorm_linear.mugraph.json\n");
   EXPECT_EQ(kiln("-q -v " + run + "/x").status, 2);
+  // Other commands' notes too: emit says what it wrote, unless -q.
+  const std::string emit = "emit " + example("lora.mugraph.json") + " --spec " +
+                           example("lora.json") + " -o " + dir + "/l.cu";
+  KilnRun e = kiln(emit);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_NE(e.err.find("wrote "), std::string::npos);
+  KilnRun eq = kiln(emit + " -q");
+  ASSERT_EQ(eq.status, 0) << eq.err;
+  EXPECT_EQ(eq.err, "");
 }
 
 TEST(Cli, ReadmeCommandsRunAsWritten) {
