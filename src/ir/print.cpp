@@ -518,9 +518,9 @@ std::string to_svg(const KernelGraph& g) {
       "<defs><marker id=\"kiln-arrow\" viewBox=\"0 0 8 8\" refX=\"8\" refY=\"4\" "
       "markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" "
       "fill=\"#555\"/></marker></defs>\n";
-  const std::map<std::string, std::string> fill = {{"input", "#e3f0ff"},  {"output", "#e3ffe8"},
+  const std::map<std::string, std::string> fill = {{"input", "#e3f0ff"},      {"output", "#e3ffe8"},
                                                    {"predefined", "#fff4d6"}, {"io", "#f0f0f0"},
-                                                   {"block", "#ffffff"},  {"fused", "#fde9f3"}};
+                                                   {"block", "#ffffff"},      {"fused", "#fde9f3"}};
   for (const SvgBox& f : frames)
     out += fmt::format(
         "<g class=\"kernel\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
