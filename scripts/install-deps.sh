@@ -3,7 +3,8 @@
 # Idempotent: a machine that has everything runs no apt command at all.
 set -euo pipefail
 pkgs=(cmake g++ make libz3-dev nlohmann-json3-dev libfmt-dev libcli11-dev googletest libgtest-dev
-      libtbb-dev libbenchmark-dev ninja-build clang libclang-rt-14-dev
+      libtbb-dev libbenchmark-dev ninja-build clang libclang-rt-14-dev libsqlite3-dev
+      libxxhash-dev libspdlog-dev python3 chromium
       python3-torch)  # python3-torch: the CPU tests of the PyTorch front end (python/kiln)
 missing=()
 for p in "${pkgs[@]}"; do

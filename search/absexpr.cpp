@@ -15,6 +15,7 @@
 
 #include "kiln/ir/diag.h"
 #include "kiln/ir/elementwise.h"
+#include "kiln/ir/hash.h"
 
 namespace kiln::search {
 
@@ -54,9 +55,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 uint64_t hash_string(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same in every run and on every platform
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  return hash64(s);  // the same in every run and on every platform
 }
 
 struct KeyHash {

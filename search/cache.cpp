@@ -15,16 +15,14 @@
 #include <fmt/format.h>
 
 #include "kiln/ir/file_lock.h"
+#include "kiln/ir/hash.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/version.h"
 
 namespace kiln::search {
 
 std::string cache_key(const KernelGraph& spec, const SearchConfig& config) {
-  std::string text = write_mugraph(spec) + "\n" + config.to_json().dump() + "\n" + KILN_VERSION;
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+  return hash_hex(write_mugraph(spec) + "\n" + config.to_json().dump() + "\n" + KILN_VERSION);
 }
 
 std::string default_cache_dir() {

@@ -99,10 +99,23 @@ bool shape_ok(const VocabOp& v, const std::vector<Shape>& shapes) {
   }
 }
 
+}  // namespace
+
+std::string VocabOp::str() const {
+  if (is_reduce(kind))
+    return fmt::format("{}(dim {}, keepdim {})", op_name(kind), attrs.dim, attrs.keepdim);
+  return op_name(kind);
+}
+
+std::string EnumState::detail(const std::vector<VocabOp>& voc) const {
+  std::string op = vocab >= 0 && vocab < static_cast<int>(voc.size()) ? voc[vocab].str() : "?";
+  return fmt::format("{}({}){}", op, fmt::join(inputs, ", "), complete ? " -> complete" : "");
+}
+
+namespace {
+
 std::string op_str(const VocabOp& v) {
-  if (is_reduce(v.kind))
-    return fmt::format("{}(dim {}, keepdim {})", op_name(v.kind), v.attrs.dim, v.attrs.keepdim);
-  return op_name(v.kind);
+  return v.str();
 }
 
 // One node of the enumeration: a partial block graph and what is known about its ops.
@@ -126,6 +139,7 @@ class Enumerator {
     vocab_ = block_vocabulary(g, s.loop_label >= 0);
     for (const VocabOp& v : opt.extra)
       if (std::find(vocab_.begin(), vocab_.end(), v) == vocab_.end()) vocab_.push_back(v);
+    if (opt.record_states) res_.vocab = vocab_;
     popt_ = pruner ? pruner->options() : PrunerOptions{};
     for (int i : io_.inputs) in_exprs_.push_back(exprs[i]);
     std::vector<AbsExpr> raw;
@@ -181,10 +195,10 @@ class Enumerator {
     return ia < ib;
   }
 
-  int log(int parent, const VocabOp& vo, const std::vector<int>& in) {
+  int log(int parent, size_t v, const std::vector<int>& in) {
     ++res_.states;
     if (!opt_.record_states) return -1;
-    res_.states_log.push_back({parent, fmt::format("{}({})", op_str(vo), fmt::join(in, ", ")), {}});
+    res_.states_log.push_back({parent, static_cast<int>(v), in, {}, false});
     return static_cast<int>(res_.states_log.size()) - 1;
   }
   void prune(int id, const char* why) {
@@ -230,7 +244,7 @@ class Enumerator {
           res_.budget_hit = true;
           return;
         }
-        int id = log(n.log, vo, in);
+        int id = log(n.log, v, in);
         // The cheap checks first, on the parent: shape and stage (BlockGraphBuilder's rules,
         // which op() below applies again), the expression, then only a survivor is copied.
         std::vector<Shape> shapes;
@@ -323,7 +337,7 @@ class Enumerator {
       return;
     }
     if (static_cast<int>(res_.recipes.size()) < opt_.max_results) res_.recipes.push_back(r);
-    if (id >= 0) res_.states_log[id].detail += " -> complete";
+    if (id >= 0) res_.states_log[id].complete = true;
   }
 
   const PGraph& g_;

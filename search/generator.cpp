@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/hash.h"
 
 namespace kiln::search {
 
@@ -1262,6 +1263,26 @@ KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, 
   return std::move(kb).finish();
 }
 
+KernelGraph kernel_alone(const PGraph& g, const KernelChoice& kc, Arch arch) {
+  GroupIO io = group_io(g, kc.group);
+  KernelGraphBuilder kb("k", "", arch);
+  std::map<int, int> t;
+  for (int i : io.inputs) t[i] = kb.input(g.nodes[i].name, g.nodes[i].shape, g.device_dtype(i));
+  if (kc.block) {
+    std::vector<int> in;
+    for (int i : io.inputs) in.push_back(t[i]);
+    for (int o : kb.graph_defined(kc.block, in, "k")) kb.output(o);
+  } else {
+    const PNode& n = g.nodes[kc.group[0]];
+    std::vector<int> in;
+    for (int i : n.inputs)
+      in.push_back(g.is_const(i) ? kb.op(OpKind::Constant, {}, g.nodes[i].attrs, g.nodes[i].name)
+                                 : t[i]);
+    kb.output(kb.op(n.kind, in, n.attrs, n.name, g.device_dtype(kc.group[0])));
+  }
+  return std::move(kb).finish();
+}
+
 namespace {
 
 // Every attribute, so that graphs that differ only in eps, gelu's form, a slope or clamp bounds
@@ -1304,9 +1325,7 @@ std::string fingerprint(const KernelGraph& g) {
     }
   }
   for (int o : g.outputs) s += fmt::format("out{};", o);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+  return hash_hex(s);
 }
 
 }  // namespace kiln::search

@@ -8,18 +8,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include "kiln/codegen/emit.h"
 #include "kiln/ir/diag.h"
@@ -426,26 +428,26 @@ ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Cand
                     emit_harness(p.candidate.graph, spec, ho));
     p.m.harness = (fs::path(dirs[i]) / "harness.cu").string();
   }
-  int workers = opt.threads > 0 ? opt.threads : int(std::thread::hardware_concurrency());
+  // nvcc processes, --threads at a time: one oneTBB arena of that many slots (the search's
+  // runtime; its workers wait on the compiler processes).
+  int workers = opt.threads > 0 ? opt.threads : tbb::this_task_arena::max_concurrency();
   workers = std::clamp(workers, 1, n);
-  std::atomic<int> next{0}, done{0};
   std::vector<Measurement> built(n);
-  std::vector<std::thread> pool;
-  for (int w = 0; w < workers; ++w)
-    pool.emplace_back([&] {
-      for (int i; (i = next++) < n;) {
-        built[i] = compile_harness(dirs[i], opt.run);
-        ++done;
-      }
-    });
-  // Progress from this thread only: the callback need not be thread-safe.
-  int shown = -1;
-  while (done.load() < n) {
-    if (opt.progress && done.load() != shown) opt.progress("compiling", shown = done.load(), n);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  for (std::thread& t : pool) t.join();
-  if (opt.progress) opt.progress("compiling", n, n);
+  std::mutex progress_mu;  // the callback is called by one thread at a time
+  int done = 0;
+  if (opt.progress) opt.progress("compiling", 0, n);
+  tbb::task_arena arena(workers);
+  arena.execute([&] {
+    tbb::parallel_for(
+        0, n,
+        [&](int i) {
+          built[i] = compile_harness(dirs[i], opt.run);
+          std::lock_guard<std::mutex> l(progress_mu);
+          ++done;
+          if (opt.progress) opt.progress("compiling", done, n);
+        },
+        tbb::simple_partitioner());
+  });
 
   // Run one at a time: concurrent harnesses would time each other.
   for (int i = 0; i < n; ++i) {

@@ -21,6 +21,7 @@
 #include "kiln/ir/json_io.h"
 #include "kiln/ir/memory.h"
 #include "kiln/search/absexpr.h"
+#include "kiln/search/enumerate.h"
 #include "kiln/search/float_model.h"
 #include "kiln/search/prune.h"
 #include "kiln/search/trace.h"
@@ -119,6 +120,8 @@ struct Choice {
   std::string detail;
   int sched = -1;           // index of its schedule in the group's list (-1: predefined)
   bool enumerated = false;  // built by the op-by-op enumerator
+  int64_t state = -1;       // its schedule state (local trace id)
+  std::string code;         // the schedule's decision code (trace.h), when tracing
 };
 
 struct GroupResult {
@@ -126,10 +129,9 @@ struct GroupResult {
   int64_t state = -1;        // local trace id
 };
 
-// What one variant's task produces.
+// What one variant's task produces (its trace rows went to the TraceSink as it ran).
 struct Branch {
-  std::vector<TraceEvent> events;  // ids local to the branch (see BranchRunner::event)
-  int64_t ids = 0;                 // local ids used
+  int64_t ids = 0;  // local trace ids used
   std::vector<Candidate> candidates;
   SearchStats stats;
   bool pruned = false;
@@ -224,17 +226,92 @@ std::vector<AbsExpr> node_exprs(const PGraph& g) {
   return e;
 }
 
+// Hands the branches' trace rows to the writer in variant order, with their final ids: a
+// branch's ids follow those of every branch before it, which are known only once that branch is
+// done, so rows of a branch that runs ahead wait here. Branches hand rows over in batches as they
+// run, so the writer works during the search and rows are not all held until its end.
+class TraceSink {
+ public:
+  TraceSink(TraceWriter* w, std::vector<int64_t> variant_ids, int64_t first_id)
+      : w_(w),
+        variant_ids_(std::move(variant_ids)),
+        base_(first_id),
+        pending_(variant_ids_.size()) {}
+  int64_t batch_rows() const { return w_->batch_rows(); }
+
+  // Rows, enumerations and updates of branch b with local ids (a parent -1 is the variant, -2 the
+  // root; an update of id -1 is of the variant). `ids`: the local ids the branch used, once it is
+  // done.
+  void put(size_t b, std::vector<TraceState> rows, std::vector<TraceEnumRun> runs,
+           std::vector<TraceUpdate> updates, bool done, int64_t ids) {
+    std::lock_guard<std::mutex> l(mu_);
+    Pending& p = pending_[b];
+    p.batches.push_back({std::move(rows), std::move(runs), std::move(updates)});
+    if (done) {
+      p.done = true;
+      p.ids = ids;
+    }
+    while (next_ < pending_.size()) {
+      Pending& q = pending_[next_];
+      for (Batch& bt : q.batches) release(next_, bt);
+      q.batches.clear();
+      if (!q.done) break;
+      base_ += q.ids;
+      ++next_;
+    }
+  }
+
+ private:
+  struct Batch {
+    std::vector<TraceState> rows;
+    std::vector<TraceEnumRun> runs;
+    std::vector<TraceUpdate> updates;
+  };
+  struct Pending {
+    std::vector<Batch> batches;
+    bool done = false;
+    int64_t ids = 0;
+  };
+  int64_t global(size_t b, int64_t local) const {
+    return local == -2 ? 0 : local == -1 ? variant_ids_[b] : base_ + local;
+  }
+  void release(size_t b, Batch& bt) {
+    for (TraceState& r : bt.rows) {
+      r.id = global(b, r.id);
+      r.parent = global(b, r.parent);
+      for (int64_t& k : r.kernels) k = base_ + k;
+    }
+    for (TraceUpdate& u : bt.updates) u.id = global(b, u.id);
+    w_->write(std::move(bt.rows));
+    for (TraceEnumRun& r : bt.runs) {
+      r.first_id = global(b, r.first_id);
+      r.group = global(b, r.group);
+      w_->write_run(std::move(r));
+    }
+    for (TraceUpdate& u : bt.updates) w_->update(std::move(u));
+  }
+
+  TraceWriter* w_;
+  std::vector<int64_t> variant_ids_;
+  int64_t base_;
+  std::mutex mu_;
+  std::vector<Pending> pending_;
+  size_t next_ = 0;
+};
+
 class BranchRunner {
  public:
   BranchRunner(const KernelGraph& spec, const PGraph& v, Shared& sh, Pruner* pruner,
-               Pruner* enum_pruner, const Target& target)
+               Pruner* enum_pruner, const Target& target, TraceSink* sink, size_t index)
       : spec_(spec),
         v_(v),
         sh_(sh),
         pruner_(pruner),
         enum_pruner_(enum_pruner),
         target_(target),
-        cfg_(*sh.config) {}
+        cfg_(*sh.config),
+        sink_(sink),
+        index_(index) {}
 
   Branch run() {
     exprs_ = node_exprs(v_);
@@ -242,8 +319,9 @@ class BranchRunner {
       for (size_t n = 0; n < v_.nodes.size(); ++n)
         if (v_.nodes[n].kind != OpKind::Input && !v_.is_const(static_cast<int>(n)) &&
             !pruner_->keep(exprs_[n])) {
-          prune(-1, "variant", "expr", fmt::format("{} = {}", v_.nodes[n].name, exprs_[n].str()));
+          prune(-1, "expr", fmt::format("{} = {}", v_.nodes[n].name, exprs_[n].str()));
           out_.pruned = true;
+          flush(true);
           return std::move(out_);
         }
     }
@@ -252,40 +330,64 @@ class BranchRunner {
         enumerate_partition_cuts(v_, order, cfg_.max_kernels);
     for (size_t pi = 0; pi < cuts.size() && !sh_.stopped(); ++pi)
       run_partition(partition_at(order, cuts[pi]));
+    flush(true);
     return std::move(out_);
   }
 
  private:
-  // A trace event of state `id` (local ids count from 0; -1 is the variant itself, whose
-  // parent is the root, marked -2).
-  void event(int64_t id, int64_t parent, const char* kind, const char* ev, std::string reason,
-             std::string detail, double cost_us = -1) {
-    if (!tracing()) return;  // a 100,000-node spec's events held ~1 GB of group names
-    out_.events.push_back(
-        {id, parent, kind, ev, std::move(reason), std::move(detail), cost_us, sh_.elapsed()});
-  }
-  // Another event of an existing state.
-  void note(int64_t id, const char* kind, const char* ev, std::string reason, std::string detail,
-            double cost_us = -1) {
-    event(id, id >= 0 ? parents_[id] : -2, kind, ev, std::move(reason), std::move(detail), cost_us);
-  }
-  int64_t state(int64_t parent, const char* kind, std::string detail) {
+  // Trace rows: local ids count from 0; -1 is the variant itself, whose parent is the root
+  // (marked -2); the TraceSink gives them their final ids.
+  int64_t state(int64_t parent, TraceKind kind, std::string detail, std::string decision = {}) {
+    if (tracing() && static_cast<int64_t>(rows_.size()) >= sink_->batch_rows()) flush(false);
     sh_.count_state();
     out_.stats.states++;
-    int64_t id = static_cast<int64_t>(parents_.size());
-    parents_.push_back(parent);
-    out_.ids = id + 1;
-    event(id, parent, kind, "expanded", {}, std::move(detail));
+    int64_t id = out_.ids++;
+    if (tracing()) {
+      TraceState r;
+      r.id = id;
+      r.parent = parent;
+      r.kind = kind;
+      r.detail = std::move(detail);
+      r.decision = std::move(decision);
+      r.t = sh_.elapsed();
+      rows_.push_back(std::move(r));
+    }
     return id;
   }
-  void prune(int64_t id, const char* kind, const std::string& why, std::string detail) {
+  // How state `id` ended: its row while the branch still holds it, else an update.
+  void settle(int64_t id, TraceStatus status, std::string reason, std::string note,
+              double cost_us = -1) {
+    if (!tracing()) return;  // a 100,000-node spec's events held ~1 GB of group names
+    if (id >= flushed_) {
+      // Rows are in id order (enumeration runs take ids without rows).
+      auto it = std::lower_bound(rows_.begin(), rows_.end(), id,
+                                 [](const TraceState& r, int64_t x) { return r.id < x; });
+      KILN_ASSERT(it != rows_.end() && it->id == id, "a trace row for every state but block ops");
+      TraceState& r = *it;
+      r.status = status;
+      r.reason = std::move(reason);
+      if (!note.empty()) r.note = std::move(note);
+      if (cost_us >= 0) r.cost_us = cost_us;
+      return;
+    }
+    updates_.push_back({id, status, std::move(reason), std::move(note), cost_us});
+  }
+  void prune(int64_t id, const std::string& why, std::string note) {
     out_.stats.pruned[why]++;
     sh_.add_pruned(why);
-    note(id, kind, "pruned", why, std::move(detail));
+    settle(id, TraceStatus::Pruned, why, std::move(note));
+  }
+  void flush(bool done) {
+    if (!sink_) return;
+    flushed_ = out_.ids;
+    sink_->put(index_, std::move(rows_), std::move(runs_), std::move(updates_), done, out_.ids);
+    rows_.clear();
+    runs_.clear();
+    updates_.clear();
   }
 
-  // Events are kept for the trace only (the enumerator records its states for the same reason).
-  bool tracing() const { return cfg_.enumerate_opts.record_states; }
+  // Rows are kept for the trace only (the enumerator records its states for the same reason).
+  bool tracing() const { return sink_ != nullptr; }
 
   std::string group_str(const std::vector<int>& grp) const {
     if (!tracing()) return {};
@@ -305,27 +407,7 @@ class BranchRunner {
     return gc.time;
   }
   std::string kernel_fingerprint(const KernelChoice& kc) { return fingerprint(kernel_graph(kc)); }
-  KernelGraph kernel_graph(const KernelChoice& kc) {
-    GroupIO io = group_io(v_, kc.group);
-    KernelGraphBuilder kb("k", "", cfg_.arch);
-    std::map<int, int> t;
-    for (int i : io.inputs)
-      t[i] = kb.input(v_.nodes[i].name, v_.nodes[i].shape, v_.device_dtype(i));
-    if (kc.block) {
-      std::vector<int> in;
-      for (int i : io.inputs) in.push_back(t[i]);
-      for (int o : kb.graph_defined(kc.block, in, "k")) kb.output(o);
-    } else {
-      const PNode& n = v_.nodes[kc.group[0]];
-      std::vector<int> in;
-      for (int i : n.inputs)
-        in.push_back(v_.is_const(i)
-                         ? kb.op(OpKind::Constant, {}, v_.nodes[i].attrs, v_.nodes[i].name)
-                         : t[i]);
-      kb.output(kb.op(n.kind, in, n.attrs, n.name, v_.device_dtype(kc.group[0])));
-    }
-    return std::move(kb).finish();
-  }
+  KernelGraph kernel_graph(const KernelChoice& kc) { return kernel_alone(v_, kc, cfg_.arch); }
 
   // Abstract-expression check of every tile of a lowered block graph.
   bool tiles_pass(const BlockGraph& bg, const GroupIO& io, std::string& why) {
@@ -379,24 +461,35 @@ class BranchRunner {
       };
       EnumResult er = enumerate_block_graphs(v_, grp, scheds[rep], exprs_, enum_pruner_, target_,
                                              cfg_.enumerate_opts, stop);
-      // Trace: every enumeration state, under the group.
-      std::vector<int64_t> ids(er.states_log.size());
-      for (size_t i = 0; i < er.states_log.size(); ++i) {
-        const EnumState& es = er.states_log[i];
-        ids[i] = state(es.parent < 0 ? gstate : ids[es.parent], "block_op", es.detail);
-        if (!es.pruned.empty()) prune(ids[i], "block_op", "enum_" + es.pruned, es.detail);
+      // Counted in bulk, traced or not, so that a trace never moves where a limit cuts.
+      for (const auto& [why, n] : er.pruned) {
+        out_.stats.pruned["enum_" + why] += n;
+        sh_.add_pruned("enum_" + why, n);
       }
-      if (!cfg_.enumerate_opts.record_states)
-        for (const auto& [why, n] : er.pruned) {
-          out_.stats.pruned["enum_" + why] += n;
-          sh_.add_pruned("enum_" + why, n);
-        }
       out_.stats.enum_states += er.states;
-      if (!cfg_.enumerate_opts.record_states) {
-        out_.stats.states += er.states;
-        sh_.add_states(er.states);
+      out_.stats.states += er.states;
+      sh_.add_states(er.states);
+      // Trace: every enumeration state, under the group, as one run of consecutive ids.
+      if (tracing() && !er.states_log.empty()) {
+        KILN_ASSERT(static_cast<int64_t>(er.states_log.size()) == er.states,
+                    "the enumerator logs every state it counts");
+        TraceEnumRun run;
+        run.first_id = out_.ids;
+        run.group = gstate;
+        for (const VocabOp& vo : er.vocab) run.vocab.push_back(vo.str());
+        run.states = std::move(er.states_log);
+        run.t = sh_.elapsed();
+        out_.ids += static_cast<int64_t>(run.states.size());
+        run_states_ += static_cast<int64_t>(run.states.size());
+        runs_.push_back(std::move(run));
+        if (run_states_ >= 8 * sink_->batch_rows()) {
+          flush(false);
+          run_states_ = 0;
+        }
       }
       out_.stats.enum_recipes += static_cast<int64_t>(er.recipes.size());
+      const std::vector<VocabOp> vocab =
+          tracing() ? block_vocabulary(v_, cl.second >= 0) : std::vector<VocabOp>{};
       for (const BlockRecipe& rc : er.recipes)
         for (size_t si = 0; si < scheds.size() && !sh_.stopped(); ++si) {
           if (class_of(scheds[si]) != cl) continue;
@@ -417,6 +510,10 @@ class BranchRunner {
           c.detail = fmt::format("{} enumerated [{}]", scheds[si].str(v_), rc.str());
           c.sched = static_cast<int>(si);
           c.enumerated = true;
+          if (tracing()) {
+            std::string rcode = recipe_code(rc, vocab);
+            if (!rcode.empty()) c.code = schedule_code(scheds[si]) + " e" + rcode;
+          }
           found.push_back(std::move(c));
         }
     }
@@ -426,8 +523,8 @@ class BranchRunner {
                      [](const Choice& a, const Choice& b) { return a.time < b.time; });
     if (static_cast<int>(found.size()) > cfg_.beam) found.resize(cfg_.beam);
     for (Choice& c : found) {
-      int64_t s = state(gstate, "schedule", c.detail);
-      note(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
+      c.state = state(gstate, TraceKind::Schedule, c.detail, c.code);
+      settle(c.state, TraceStatus::Costed, {}, {}, c.time * 1e6);
       all.push_back(std::move(c));
     }
     std::stable_sort(all.begin(), all.end(),
@@ -439,13 +536,16 @@ class BranchRunner {
     if (it != memo_.end()) return it->second;
     GroupResult r;
     out_.stats.groups++;
-    r.state = state(parent, "group", group_str(grp));
     GroupIO io = group_io(v_, grp);
+    r.state = state(
+        parent, TraceKind::Group,
+        tracing() ? fmt::format("{} fed {}", group_str(grp), group_str(io.inputs)) : std::string(),
+        tracing() ? fmt::format("n{}", fmt::join(grp, ",")) : std::string());
     if (io.inputs.empty()) {
       // Constants alone (e.g. add(2, 0.25)): a kernel of its own would read no tensor, and the
       // one-kernel graph that costs it cannot exist (a graph needs an input). Such a node is
       // computed inside a consumer's kernel, where its constants fold in.
-      prune(r.state, "group", "no_input", group_str(grp));
+      prune(r.state, "no_input", {});
       return memo_.emplace(grp, std::move(r)).first->second;
     }
     std::vector<Choice> all;
@@ -455,8 +555,8 @@ class BranchRunner {
       c.kernel = {grp, nullptr};
       c.time = kernel_time(c.kernel, &c.shape);
       c.detail = fmt::format("predefined {}", op_name(v_.nodes[grp[0]].kind));
-      int64_t s = state(r.state, "schedule", c.detail);
-      note(s, "schedule", "costed", {}, c.detail, c.time * 1e6);
+      c.state = state(r.state, TraceKind::Schedule, c.detail, "p");
+      settle(c.state, TraceStatus::Costed, {}, {}, c.time * 1e6);
       all.push_back(c);
     }
     std::vector<Schedule> scheds = enumerate_schedules(v_, grp, cfg_.schedules);
@@ -464,18 +564,19 @@ class BranchRunner {
       const Schedule& sc = scheds[si];
       if (sh_.stopped()) break;
       out_.stats.schedules++;
-      std::string d = sc.str(v_);
-      int64_t s = state(r.state, "schedule", d);
+      std::string d = tracing() ? sc.str(v_) : std::string();
+      int64_t s =
+          state(r.state, TraceKind::Schedule, d, tracing() ? schedule_code(sc) : std::string());
       Lowered lw = lower_group(v_, grp, sc, target_, cfg_.max_block_ops);
       if (!lw.block) {
-        prune(s, "schedule", lower_failure_name(lw.failure), lw.message);
+        prune(s, lower_failure_name(lw.failure), lw.message);
         continue;
       }
       out_.stats.lowered++;
       sh_.lowered++;
       std::string why;
       if (!tiles_pass(*lw.block, io, why)) {
-        prune(s, "schedule", "expr", why);
+        prune(s, "expr", why);
         continue;
       }
       Choice c;
@@ -483,7 +584,8 @@ class BranchRunner {
       c.time = kernel_time(c.kernel, &c.shape);
       c.detail = d;
       c.sched = static_cast<int>(si);
-      note(s, "schedule", "costed", {}, d, c.time * 1e6);
+      c.state = s;
+      settle(s, TraceStatus::Costed, {}, {}, c.time * 1e6);
       all.push_back(std::move(c));
     }
     std::stable_sort(all.begin(), all.end(),
@@ -511,12 +613,14 @@ class BranchRunner {
     out_.stats.partitions++;
     std::vector<std::string> gs;
     for (const auto& g : p.groups) gs.push_back(group_str(g));
-    int64_t ps = state(-1, "partition", fmt::format("{}", fmt::join(gs, " | ")));
+    int64_t ps = state(-1, TraceKind::Partition,
+                       tracing() ? fmt::format("{}", fmt::join(gs, " | ")) : std::string());
     std::vector<const GroupResult*> rs;
     for (const auto& g : p.groups) {
       const GroupResult& r = group(g, -1);
       if (r.kept.empty()) {
-        prune(ps, "partition", "no_kernel", fmt::format("no feasible kernel for {}", group_str(g)));
+        prune(ps, "no_kernel",
+              tracing() ? fmt::format("no feasible kernel for {}", group_str(g)) : std::string());
         return;
       }
       rs.push_back(&r);
@@ -533,10 +637,12 @@ class BranchRunner {
     for (const auto& pick : picks) {
       std::vector<KernelChoice> ks;
       std::vector<std::string> ds;
+      std::vector<int64_t> kstates;
       bool enumerated = false;
       for (size_t i = 0; i < rs.size(); ++i) {
         ks.push_back(rs[i]->kept[pick[i]].kernel);
         ds.push_back(rs[i]->kept[pick[i]].detail);
+        kstates.push_back(rs[i]->kept[pick[i]].state);
         enumerated |= rs[i]->kept[pick[i]].enumerated;
       }
       Candidate c;
@@ -545,7 +651,7 @@ class BranchRunner {
       } catch (const UserError& e) {
         // Kernels are checked one by one; a mismatch between them is a generator bug, but it
         // costs this candidate only, not the search.
-        prune(ps, "partition", "assemble", e.render());
+        prune(ps, "assemble", e.render());
         continue;
       }
       c.cost = estimate_cost(c.graph, target_);
@@ -553,8 +659,14 @@ class BranchRunner {
       c.rewrites = v_.rewrites;
       if (enumerated) c.rewrites.push_back("block graph enumerated op by op");
       out_.stats.complete++;
-      c.state = state(ps, "candidate", fmt::format("{}", fmt::join(ds, " | ")));
-      note(c.state, "candidate", "costed", {}, c.fingerprint, c.cost.time * 1e6);
+      c.state = state(ps, TraceKind::Candidate,
+                      tracing() ? fmt::format("{}", fmt::join(ds, " | ")) : std::string(),
+                      "f" + c.fingerprint);
+      if (tracing()) {
+        rows_.back().kernels = std::move(kstates);
+        rows_.back().cost_us = c.cost.time * 1e6;
+        rows_.back().status = TraceStatus::Costed;
+      }
       double cur = sh_.best_us.load();
       double mine = c.cost.time * 1e6;
       while ((cur == 0 || mine < cur) && !sh_.best_us.compare_exchange_weak(cur, mine)) {
@@ -573,8 +685,14 @@ class BranchRunner {
   std::vector<AbsExpr> exprs_;
   std::set<uint32_t> checked_;
   std::map<std::vector<int>, GroupResult> memo_;
-  std::vector<int64_t> parents_;  // local state id -> local parent (-1: the variant)
   Branch out_;
+  TraceSink* sink_;
+  size_t index_;                  // the variant's index
+  std::vector<TraceState> rows_;  // rows not yet handed to the sink: ids flushed_.. on
+  std::vector<TraceUpdate> updates_;
+  std::vector<TraceEnumRun> runs_;
+  int64_t run_states_ = 0;
+  int64_t flushed_ = 0;  // local ids below this were handed to the sink
 };
 
 void merge_stats(SearchStats& into, const SearchStats& s) {
@@ -740,14 +858,21 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   SearchStats& st = res.stats;
 
   // The root, and the spec itself as the fallback candidate.
-  std::vector<TraceEvent> events;
-  auto ev = [&](int64_t id, int64_t parent, const char* kind, const char* e, std::string reason,
-                std::string detail, double cost_us = -1) {
-    events.push_back(
-        {id, parent, kind, e, std::move(reason), std::move(detail), cost_us, sh.elapsed()});
+  std::vector<TraceState> head;  // the rows before the branches' (their ids are fixed)
+  auto row = [&](int64_t id, int64_t parent, TraceKind kind, std::string detail,
+                 std::string decision = {}) {
+    TraceState r;
+    r.id = id;
+    r.parent = parent;
+    r.kind = kind;
+    r.detail = std::move(detail);
+    r.decision = std::move(decision);
+    r.t = sh.elapsed();
+    head.push_back(std::move(r));
   };
+  if (trace) trace->begin(spec, config);
   int64_t next_id = 0;
-  ev(next_id++, -1, "root", "expanded", {}, fmt::format("spec {}", spec.name));
+  row(next_id++, -1, TraceKind::Root, fmt::format("spec {}", spec.name));
   st.states++;
   Candidate fallback;
   fallback.graph = spec;
@@ -758,9 +883,10 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   fallback.verified = true;
   fallback.verdict = "the spec itself";
   fallback.state = next_id++;
-  ev(fallback.state, 0, "candidate", "expanded", {}, "the spec itself (predefined ops)");
-  ev(fallback.state, 0, "candidate", "costed", {}, "the spec itself (predefined ops)",
-     fallback.cost.time * 1e6);
+  row(fallback.state, 0, TraceKind::Candidate, "the spec itself (predefined ops)",
+      "spec f" + fallback.fingerprint);
+  head.back().status = TraceStatus::Costed;
+  head.back().cost_us = fallback.cost.time * 1e6;
   st.states++;
 
   std::unique_ptr<Pruner> pruner, enum_pruner;
@@ -779,13 +905,19 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   std::vector<int64_t> variant_ids;
   for (const PGraph& v : variants) {
     variant_ids.push_back(next_id);
-    ev(next_id++, 0, "variant", "expanded", {},
-       v.rewrites.empty() ? std::string("plain expansion")
-                          : fmt::format("{}", fmt::join(v.rewrites, "; ")));
+    row(next_id++, 0, TraceKind::Variant,
+        v.rewrites.empty() ? std::string("plain expansion")
+                           : fmt::format("{}", fmt::join(v.rewrites, "; ")),
+        fmt::format("v{}", variant_ids.size() - 1));
     st.states++;
     st.variants++;
   }
   sh.states = st.states;
+  std::unique_ptr<TraceSink> sink;
+  if (trace) {
+    trace->write(std::move(head));
+    sink = std::make_unique<TraceSink>(trace, variant_ids, next_id);
+  }
 
   // Enumeration states go to the trace one by one only when there is a trace (they are most of
   // the states); otherwise only their counts are kept.
@@ -799,8 +931,12 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     tbb::parallel_for(
         size_t(0), variants.size(),
         [&](size_t i) {
-          if (sh.stopped()) return;
-          BranchRunner br(spec, variants[i], sh, pruner.get(), enum_pruner.get(), target);
+          if (sh.stopped()) {
+            if (sink) sink->put(i, {}, {}, {}, true, 0);
+            return;
+          }
+          BranchRunner br(spec, variants[i], sh, pruner.get(), enum_pruner.get(), target,
+                          sink.get(), i);
           branches[i] = br.run();
         },
         tbb::simple_partitioner());
@@ -815,16 +951,11 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
                         ? fmt::format(" less {:.2f} s for parsing and writing", config.reserve_s)
                         : std::string()));
 
-  // Merge in variant order; renumber trace ids.
+  // Merge in variant order; candidates get their final trace ids (as TraceSink gave their rows).
   std::vector<Candidate> cands;
   for (size_t i = 0; i < branches.size(); ++i) {
     Branch& b = branches[i];
     int64_t base_id = next_id;
-    for (TraceEvent& e : b.events) {
-      e.parent = e.parent == -2 ? 0 : e.parent == -1 ? variant_ids[i] : base_id + e.parent;
-      e.id = e.id < 0 ? variant_ids[i] : base_id + e.id;
-      events.push_back(std::move(e));
-    }
     next_id += b.ids;
     // Events were counted as states already where they expanded something.
     merge_stats(st, b.stats);
@@ -864,9 +995,6 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     for (Candidate& c : rest) uniq.push_back(std::move(c));
   }
 
-  // Verification events belong to the candidate's state (same id, same parent).
-  std::map<int64_t, int64_t> parent_of;
-  for (const TraceEvent& e : events) parent_of.emplace(e.id, e.parent);
   // Verification in rank order until top_k candidates pass. Past the deadline we still verify
   // until one candidate is ranked. Nothing is ranked unchecked: a candidate needs the verifier's
   // verdict (the spec is its own proof), and the first one ranked, every candidate whose verdict
@@ -917,17 +1045,17 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     float_check_s += chk.float_seconds;
     if (!chk.passed) {
       if (chk.failed_check == "float_check") ++float_failures, float_failure_s += chk.float_seconds;
-      ev(c.state, parent_of[c.state], "candidate", "rejected", chk.failed_check.c_str(), chk.detail,
-         c.cost.time * 1e6);
+      if (trace) trace->update({c.state, TraceStatus::Rejected, chk.failed_check, chk.detail});
       st.rejected++;
       res.rejected.push_back(std::move(c));
       continue;
     }
     if (!c.is_spec && config.verify) {
       st.verified++;
-      ev(c.state, parent_of[c.state], "candidate", "verified", {}, c.verdict, c.cost.time * 1e6);
+      if (trace) trace->update({c.state, TraceStatus::Verified, {}, c.verdict});
       if (st.time_first_valid_s < 0) st.time_first_valid_s = sh.elapsed();
     }
+    if (c.is_spec && trace) trace->update({c.state, TraceStatus::Costed, {}, c.verdict});
     if (!have_winner) st.time_best_s = sh.elapsed();
     have_winner = true;
     res.ranked.push_back(std::move(c));
@@ -945,11 +1073,13 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   if (cut_float > 0)
     res.cut.push_back(
         fmt::format("float check: skipped for {} candidate(s) by the time limit", cut_float));
+  if (trace)
+    for (size_t i = 0; i < res.ranked.size(); ++i)
+      trace->ranked(res.ranked[i].state, static_cast<int>(i) + 1);
   st.states = sh.states.load();
   st.elapsed_s = sh.elapsed();
   if (pruner) st.pruner = pruner->stats().str();
   if (enum_pruner) st.enum_pruner = enum_pruner->stats().str();
-  if (trace) trace->write_all(events);
   sh.report("done", st.verified, true);
   return res;
 }

@@ -12,6 +12,7 @@
 #include "kiln/interp/eval_core.h"
 #include "kiln/interp/interp.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/hash.h"
 #include "kiln/verifier/degree.h"
 #include "kiln/verifier/field.h"
 #include "kiln/verifier/scale.h"
@@ -46,9 +47,7 @@ std::string log2_str(double x) {
 }
 
 uint64_t name_key(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, then mixed
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return mix64(h);
+  return mix64(hash64(s));
 }
 
 std::vector<int64_t> unravel(int64_t flat, const Shape& s) {

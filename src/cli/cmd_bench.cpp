@@ -17,6 +17,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/search/profile.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -106,9 +107,9 @@ void add_bench(CLI::App& app) {
     }
     hr.nvcc = *found;
     bool tty = isatty(fileno(stderr));
-    if (tty) std::fprintf(stderr, "kiln bench: building %s ...", cu.c_str());
+    if (tty && notes_shown()) std::fprintf(stderr, "kiln bench: building %s ...", cu.c_str());
     search::Measurement m = search::compile_harness(dir, hr);
-    if (tty) std::fprintf(stderr, "\r\033[K");
+    if (tty && notes_shown()) std::fprintf(stderr, "\r\033[K");
     if (m.status != search::ProfileStatus::NotRun) {
       std::fprintf(stderr, "kiln bench: %s\n", m.error.c_str());
       exit_status() = 1;
@@ -137,7 +138,8 @@ void add_bench(CLI::App& app) {
       std::error_code ec;
       fs::remove_all(dir, ec);
     } else {
-      std::fprintf(stderr, "kiln bench: harness, binary and logs in %s\n", dir.c_str());
+      if (notes_shown())
+        std::fprintf(stderr, "kiln bench: harness, binary and logs in %s\n", dir.c_str());
     }
   });
 }

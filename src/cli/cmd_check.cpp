@@ -31,6 +31,7 @@
 #include "kiln/search/float_model.h"
 #include "kiln/search/profile.h"
 #include "kiln/verifier/verify.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -639,14 +640,16 @@ void add_check(CLI::App& app) {
       for (int k = 0; k < kNumChecks; ++k)
         if (e.checks[k].status == Status::Fail)
           failed += fmt::format("{}{}", failed.empty() ? " (" : ", ", kCheckTitles[k]);
-      std::fprintf(stderr, "kiln check: [%zu/%zu] %s: %s%s (%.2f s)\n", i + 1, entries.size(),
-                   e.name.c_str(), e.verdict == Status::Fail ? "FAIL" : status_name(e.verdict),
-                   failed.empty() ? "" : (failed + ")").c_str(), e.seconds);
+      if (notes_shown())
+        std::fprintf(stderr, "kiln check: [%zu/%zu] %s: %s%s (%.2f s)\n", i + 1, entries.size(),
+                     e.name.c_str(), e.verdict == Status::Fail ? "FAIL" : status_name(e.verdict),
+                     failed.empty() ? "" : (failed + ")").c_str(), e.seconds);
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!gpu.work_dir.empty()) {
       if (gpu.keep_work_dir) {
-        std::fprintf(stderr, "kiln check: harnesses and logs kept in %s\n", gpu.work_dir.c_str());
+        if (notes_shown())
+          std::fprintf(stderr, "kiln check: harnesses and logs kept in %s\n", gpu.work_dir.c_str());
       } else {
         fs::remove_all(gpu.work_dir, ec);
       }

@@ -16,6 +16,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/verifier/verify.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -85,13 +86,14 @@ void add_emit(CLI::App& app) {
     if (!out.empty()) {
       make_parent_dirs(out);
       write_file_text(out, emit_cuda(g, eo));
-      std::fprintf(stderr, "wrote %s\n  build: %s\n", out.c_str(),
-                   nvcc_command(out, out.substr(0, out.rfind('.')) + ".o", eo.arch).c_str());
+      if (notes_shown())
+        std::fprintf(stderr, "wrote %s\n  build: %s\n", out.c_str(),
+                     nvcc_command(out, out.substr(0, out.rfind('.')) + ".o", eo.arch).c_str());
     }
     if (!header.empty()) {
       make_parent_dirs(header);
       write_file_text(header, emit_header(g, eo));
-      std::fprintf(stderr, "wrote %s\n", header.c_str());
+      if (notes_shown()) std::fprintf(stderr, "wrote %s\n", header.c_str());
     }
     if (!harness.empty()) {
       make_parent_dirs(harness);
@@ -99,9 +101,10 @@ void add_emit(CLI::App& app) {
       ho.emit = eo;
       ho.file = file_name(harness);
       write_file_text(harness, emit_harness(g, spec, ho));
-      std::fprintf(
-          stderr, "wrote %s\n  build: %s\n", harness.c_str(),
-          nvcc_command(harness, harness.substr(0, harness.rfind('.')), eo.arch, false).c_str());
+      if (notes_shown())
+        std::fprintf(
+            stderr, "wrote %s\n  build: %s\n", harness.c_str(),
+            nvcc_command(harness, harness.substr(0, harness.rfind('.')), eo.arch, false).c_str());
     }
   });
 }

@@ -20,7 +20,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -32,6 +34,7 @@
 #include "kiln/search/profile.h"
 #include "kiln/search/search.h"
 #include "kiln/search/trace.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -112,7 +115,7 @@ void add_optimize(CLI::App& app) {
   // The default keeps a whole run within about a minute on a 2-core machine (the suite's
   // budget): generation stops at the limit, then the candidates are merged, ranked and the
   // first is verified (a few seconds; all of the suite's cases exhaust in under 20 s).
-  static double time_limit = 45;
+  static double time_limit = 45, progress_every = 5;
   static int threads = 0, top = 5;
   static uint64_t seed = 1;
   static bool no_cache = false, no_profile = false;
@@ -135,13 +138,18 @@ void add_optimize(CLI::App& app) {
                   "follow it)")
       ->check(seconds)
       ->capture_default_str();
+  cmd->add_option("--progress-every", progress_every,
+                  "seconds between progress lines when stderr is not a terminal (-q: none)")
+      ->check(real_number(0.1, 3600, "seconds"))
+      ->capture_default_str();
   cmd->add_option("--threads", threads, "worker threads (0: all cores)")
       ->check(thread_count())
       ->capture_default_str();
   cmd->add_option("--target", target, "GPU target")
       ->check(CLI::IsMember({"sm_90a", "sm_80"}))
       ->capture_default_str();
-  cmd->add_option("--trace", trace_file, "write a JSON Lines trace of the search here");
+  cmd->add_option("--trace", trace_file,
+                  "write the search tree here (a SQLite database; explore it with kiln trace)");
   cmd->add_option("--top", top, "verified candidates to keep")
       ->check(whole_number(1, 1000, "candidates"))
       ->capture_default_str();
@@ -185,10 +193,10 @@ void add_optimize(CLI::App& app) {
     FileLock dir_lock = lock_output_dir(out_dir);
     OutputSet outputs(out_dir, {spec.name + ".mugraph.json", spec.name + ".cu", spec.name + ".h"});
     if (plan.on)
-      std::fprintf(stderr, "kiln: profiling the top %d candidates and the spec on %s (%s)\n",
-                   plan.k, plan.gpu.c_str(), plan.nvcc_version.c_str());
+      note("profiling the top {} candidates and the spec on {} ({})", plan.k, plan.gpu,
+           plan.nvcc_version);
     else
-      std::fprintf(stderr, "kiln: ranking by the cost model only (%s)\n", plan.reason.c_str());
+      note("ranking by the cost model only ({})", plan.reason);
     search::SearchConfig cfg;
     cfg.arch = *arch_from_name(target);
     cfg.time_limit_s = time_limit;
@@ -204,10 +212,12 @@ void add_optimize(CLI::App& app) {
     cfg.seed = seed;
     std::string dir = cache_dir.empty() ? search::default_cache_dir() : cache_dir;
     std::string key = search::cache_key(spec, cfg);
-    bool tty = isatty(fileno(stderr));
+    // The live progress line is for a terminal (and not under -q); elsewhere (a CI log, a file)
+    // a plain line every few seconds says the run is alive.
+    const bool tty = isatty(fileno(stderr)) && notes_shown();
     std::optional<search::SearchResult> cached;
-    // A trace needs a real run, and never writes the cache either (it explores less in the same
-    // time): no lock, no load, no store.
+    // A trace needs a real run: no lock, no load. Its result is stored only when it is what an
+    // untraced run gives (below).
     const bool use_cache = !no_cache && trace_file.empty();
     bool may_store = use_cache;
     // The entry's lock, held through load, recheck, search and store: a second run of this spec
@@ -215,12 +225,11 @@ void add_optimize(CLI::App& app) {
     FileLock entry_lock;
     if (use_cache) {
       entry_lock = search::lock_cache_entry(dir, key, [&] {
-        std::fprintf(stderr, "kiln: waiting for another kiln run on cache entry %s in %s ...\n",
-                     key.c_str(), dir.c_str());
+        note("waiting for another kiln run on cache entry {} in {} ...", key, dir);
       });
       if (!entry_lock.held())
-        std::fprintf(stderr, "kiln: cannot lock cache entry %s/%s.lock (%s); going on unlocked\n",
-                     dir.c_str(), key.c_str(), entry_lock.error().c_str());
+        warn("cannot lock cache entry {}/{}.lock ({}); going on unlocked", dir, key,
+             entry_lock.error());
       search::CacheLookup found = search::cache_load(dir, key);
       switch (found.status) {
         case search::CacheStatus::Hit:
@@ -230,14 +239,12 @@ void add_optimize(CLI::App& app) {
           break;
         case search::CacheStatus::NotRegular:
           // Someone put it there: neither read nor replaced.
-          std::fprintf(stderr, "kiln: cache entry %s is not a regular file (%s); not used\n",
-                       found.path.c_str(), found.why.c_str());
+          warn("cache entry {} is not a regular file ({}); not used", found.path, found.why);
           may_store = false;
           break;
         case search::CacheStatus::Damaged:
-          std::fprintf(stderr,
-                       "kiln: cache entry %s is damaged (%s); searching again and replacing it\n",
-                       found.path.c_str(), found.why.c_str());
+          warn("cache entry {} is damaged ({}); searching again and replacing it", found.path,
+               found.why);
           break;
       }
     }
@@ -246,22 +253,30 @@ void add_optimize(CLI::App& app) {
       // float check of the winner, the spec and unbounded verdicts).
       int bad = search::recheck_cached(spec, *cached, cfg);
       if (bad > 0 || cached->ranked.empty()) {
-        std::fprintf(stderr,
-                     "kiln: %s: cached result %s in %s failed its checks again (%d candidate(s)): "
-                     "ignoring it and searching\n",
-                     spec.name.c_str(), key.c_str(), dir.c_str(), bad);
+        warn(
+            "{}: cached result {} in {} failed its checks again ({} candidate(s)): ignoring it "
+            "and searching",
+            spec.name, key, dir, bad);
         cached.reset();
       }
     }
     search::SearchResult res;
+    std::unique_ptr<search::TraceWriter> tw;
     if (cached) {
       res = std::move(*cached);
-      std::fprintf(stderr, "kiln: %s: cached result %s (from %s)\n", spec.name.c_str(), key.c_str(),
-                   dir.c_str());
+      note("{}: cached result {} (from {})", spec.name, key, dir);
     } else {
-      std::unique_ptr<search::TraceWriter> tw;
       if (!trace_file.empty()) tw = std::make_unique<search::TraceWriter>(trace_file);
       search::ProgressFn progress;
+      if (!tty && notes_shown())
+        progress = [every = std::make_shared<double>(progress_every)](const search::Progress& p) {
+          if (p.elapsed_s < *every && std::string_view(p.phase) != "done") return;
+          *every = p.elapsed_s + progress_every;
+          if (std::string_view(p.phase) == "done") return;
+          note("[{}] {:.1f}/{:.0f} s, {} states, {} lowered, {} verified, best {}", p.phase,
+               p.elapsed_s, p.limit_s, p.states, p.lowered, p.verified,
+               p.best_us > 0 ? fmt::format("{:.2f} us modeled", p.best_us) : std::string("-"));
+        };
       if (tty)
         progress = [](const search::Progress& p) {
           double rate = p.elapsed_s > 0 ? double(p.states) / p.elapsed_s : 0;
@@ -276,11 +291,19 @@ void add_optimize(CLI::App& app) {
       res = search::run_search(spec, cfg, tw.get(), progress);
       if (tty) std::fprintf(stderr, "\n");
       // A result with nothing to ship is not worth keeping: the next run searches again. A traced
-      // run is slower (it explores less in the same time), so it never writes the cache.
+      // run is a little slower, so under a limit it may explore less than an untraced one; its
+      // result is stored only when no limit cut it (exhausted, every check run), where the search
+      // is deterministic and an untraced run finds the same.
       if (may_store && !res.ranked.empty()) search::cache_store(dir, key, res);
+      if (tw && !no_cache && !res.ranked.empty() && res.stop == search::StopReason::Exhausted &&
+          res.cut.empty()) {
+        FileLock l = search::lock_cache_entry(dir, key);
+        if (search::cache_load(dir, key).status != search::CacheStatus::NotRegular)
+          search::cache_store(dir, key, res);
+      }
     }
     entry_lock.release();
-    for (const std::string& cut : res.cut) std::fprintf(stderr, "kiln: cut: %s\n", cut.c_str());
+    for (const std::string& cut : res.cut) note("cut: {}", cut);
     // What every report.json holds, whatever happens next.
     auto base_report = [&] {
       nlohmann::json r = search::result_to_json(res, false);
@@ -303,12 +326,10 @@ void add_optimize(CLI::App& app) {
       report["shipped"] = false;
       report["why_nothing_shipped"] = why;
       outputs.commit(std::move(report));
-      std::fprintf(stderr, "kiln: %s: NOTHING SHIPPED: %s\n", spec.name.c_str(), why.c_str());
+      warn("{}: NOTHING SHIPPED: {}", spec.name, why);
       for (const search::Candidate& c : res.rejected)
-        std::fprintf(stderr, "  %s%s: %s\n", c.is_spec ? "spec " : "", c.fingerprint.c_str(),
-                     c.verdict.c_str());
-      std::fprintf(stderr, "kiln: the failing μGraphs are in %s/candidates/ (failed_*)\n",
-                   out_dir.c_str());
+        warn("  {}{}: {}", c.is_spec ? "spec " : "", c.fingerprint, c.verdict);
+      warn("the failing μGraphs are in {}/candidates/ (failed_*)", out_dir);
       exit_status() = 1;
     };
     if (res.ranked.empty()) {
@@ -346,6 +367,10 @@ void add_optimize(CLI::App& app) {
       for (const search::Candidate& r : res.rejected) po.spec_fallback &= !r.is_spec;
       prof_res = search::profile_candidates(spec, top, po);
       if (tty) std::fprintf(stderr, "\r\033[K");
+      if (tw)
+        for (const search::ProfiledCandidate& p : prof_res->ranked)
+          tw->measured(p.candidate.state, p.m.ok() ? p.m.us : -1,
+                       search::profile_status_name(p.m.status));
     }
     const search::Candidate& model_best = res.best();
     const search::ProfiledCandidate* measured = prof_res ? prof_res->winner() : nullptr;
@@ -413,36 +438,43 @@ void add_optimize(CLI::App& app) {
     outputs.add(eo.header_file, emit_header(best.graph, sched, eo));
     outputs.commit(std::move(report));  // report.json last: the set is complete
     const search::SearchStats& st = res.stats;
-    std::fprintf(
-        stderr, "kiln: %s: %s after %.2f s; %lld states, %lld lowered, pruned: %s; %lld verified\n",
-        spec.name.c_str(), search::stop_reason_name(res.stop), st.elapsed_s, (long long)st.states,
-        (long long)st.lowered, pruned_str(st.pruned).c_str(), (long long)st.verified);
+    note("{}: {} after {:.2f} s; {} states, {} lowered, pruned: {}; {} verified", spec.name,
+         search::stop_reason_name(res.stop), st.elapsed_s, st.states, st.lowered,
+         pruned_str(st.pruned), st.verified);
+    detail("{}: generation {:.2f} s, checks {:.2f} s, first valid at {:.2f} s, cache key {} in {}",
+           spec.name, st.generate_s, st.verify_s, st.time_first_valid_s, key, dir);
     if (prof_res) {
-      std::fprintf(stderr, "kiln: measured on %s:\n", pj["device"].get<std::string>().c_str());
+      note("measured on {}:", pj["device"].get<std::string>());
       for (const search::ProfiledCandidate& p : prof_res->ranked)
-        std::fprintf(
-            stderr, "  model #%-2d %s%-9s %8.2f us modeled  %s\n", p.model_rank,
-            p.candidate.is_spec ? "spec " : "     ",
-            p.m.ok() ? fmt::format("{:.2f} us", p.m.us).c_str() : "-", p.candidate.cost.time * 1e6,
-            p.m.ok() ? "ok"
-                     : (std::string(search::profile_status_name(p.m.status)) + ": " + p.m.error)
-                           .c_str());
+        note("  model #{:<2} {}{:<9} {:8.2f} us modeled  {}", p.model_rank,
+             p.candidate.is_spec ? "spec " : "     ",
+             p.m.ok() ? fmt::format("{:.2f} us", p.m.us) : std::string("-"),
+             p.candidate.cost.time * 1e6,
+             p.m.ok() ? std::string("ok")
+                      : std::string(search::profile_status_name(p.m.status)) + ": " + p.m.error);
       for (const search::ProfiledCandidate* p : prof_res->mismatches())
         if (p->candidate.float_checked)
-          std::fprintf(stderr,
-                       "kiln: BUG: model #%d (%s) passed the verifier and the float check but "
-                       "FAILED the GPU check: %s\n",
-                       p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
+          warn(
+              "BUG: model #{} ({}) passed the verifier and the float check but FAILED the GPU "
+              "check: {}",
+              p->model_rank, p->candidate.fingerprint, p->m.error);
         else
-          std::fprintf(stderr,
-                       "kiln: model #%d (%s), not float-checked on the CPU, FAILED the GPU check "
-                       "and is not shipped: %s\n",
-                       p->model_rank, p->candidate.fingerprint.c_str(), p->m.error.c_str());
+          warn(
+              "model #{} ({}), not float-checked on the CPU, FAILED the GPU check and is not "
+              "shipped: {}",
+              p->model_rank, p->candidate.fingerprint, p->m.error);
     }
-    std::fprintf(stderr, "kiln: best: %d kernel(s), %.2f us modeled%s (spec %s); %s\n",
-                 best.graph.num_kernels(), best.cost.time * 1e6,
-                 measured ? fmt::format(", {:.2f} us measured", measured->m.us).c_str() : "",
-                 best.is_spec ? "itself" : "beaten", best.verdict.c_str());
+    note("best: {} kernel(s), {:.2f} us modeled{} (spec {}); {}", best.graph.num_kernels(),
+         best.cost.time * 1e6,
+         measured ? fmt::format(", {:.2f} us measured", measured->m.us) : std::string(),
+         best.is_spec ? "itself" : "beaten", best.verdict);
+    if (tw) {
+      tw->close();  // waits for the writer: the last rows, the indexes
+      std::error_code ec;
+      auto bytes = std::filesystem::file_size(trace_file, ec);
+      note("trace: {} ({:.1f} MB; kiln trace {} summary)", trace_file,
+           ec ? 0.0 : double(bytes) / 1e6, trace_file);
+    }
     std::printf("%s/%s.mugraph.json\n", out_dir.c_str(), spec.name.c_str());
   });
 }

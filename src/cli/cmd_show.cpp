@@ -1,4 +1,5 @@
-// `kiln show FILE [--dot]`: prints a spec or a μGraph as text, or as Graphviz DOT.
+// `kiln show FILE [--dot|--svg]`: prints a spec or a μGraph as text, as Graphviz DOT, or as an
+// SVG drawing (laid out by Kiln: no Graphviz needed).
 #include <cstdio>
 
 #include "commands.h"
@@ -8,14 +9,18 @@
 namespace kiln::cli {
 
 void add_show(CLI::App& app) {
-  auto* cmd = app.add_subcommand("show", "Print a spec or μGraph as text (or DOT with --dot)");
+  auto* cmd = app.add_subcommand(
+      "show", "Print a spec or μGraph as text (or DOT with --dot, SVG with --svg)");
   static std::string file;
-  static bool dot = false;
+  static bool dot = false, svg = false;
   cmd->add_option("FILE", file, "spec (spec/1) or μGraph (mugraph/1) JSON file")->required();
-  cmd->add_flag("--dot", dot, "print Graphviz DOT instead of text (pipe into `dot -Tsvg`)");
+  auto* d =
+      cmd->add_flag("--dot", dot, "print Graphviz DOT instead of text (pipe into `dot -Tsvg`)");
+  cmd->add_flag("--svg", svg, "print an SVG drawing instead of text (no Graphviz needed)")
+      ->excludes(d);
   cmd->callback([] {
     KernelGraph g = load_graph_file(file);
-    std::string out = dot ? to_dot(g) : to_text(g);
+    std::string out = dot ? to_dot(g) : svg ? to_svg(g) : to_text(g);
     std::fwrite(out.data(), 1, out.size(), stdout);
   });
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/memory.h"
 #include "kiln/version.h"
+#include "log.h"
 
 namespace kiln::cli {
 int& exit_status() {
@@ -69,6 +71,18 @@ int main(int argc, char** argv) {
       "Reads a tensor program (a spec, spec/1) or a μGraph (mugraph/1) as JSON."};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
+  // -q / -v anywhere on the line (before or after the command): subcommands fall through to
+  // these. They are read before parsing, so messages printed while parsing obey them too.
+  app.fallthrough();
+  static bool quiet = false, verbose = false;
+  auto* q = app.add_flag("-q,--quiet", quiet, "print only warnings and errors on stderr");
+  app.add_flag("-v,--verbose", verbose, "also print details on stderr")->excludes(q);
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "-q" || a == "--quiet") kiln::cli::set_verbosity(-1);
+    if (a == "-v" || a == "--verbose") kiln::cli::set_verbosity(1);
+  }
   app.footer(
       "Exit status: 0 success, 1 failure, 2 invalid input (bench: 3 no nvcc, 4 no GPU; verify: 3\n"
       "equivalent but unbounded, an output depends on what a selection selects).\n"

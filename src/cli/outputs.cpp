@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
+#include "log.h"
 
 namespace kiln::cli {
 
@@ -67,9 +68,8 @@ void fault_point() {
 }
 
 FileLock lock_output_dir(const std::string& dir) {
-  FileLock lock(dir + "/.kiln.lock", [&] {
-    std::fprintf(stderr, "kiln: waiting for another kiln run writing %s ...\n", dir.c_str());
-  });
+  FileLock lock(dir + "/.kiln.lock",
+                [&] { note("waiting for another kiln run writing {} ...", dir); });
   if (!lock.held())
     throw UserError(ErrorCode::Io,
                     fmt::format("-o {}: cannot lock {}/.kiln.lock: {}", dir, dir, lock.error()),

@@ -1,5 +1,5 @@
-// The human-readable forms of a kernel graph: the text listing `kiln show` prints and Graphviz
-// DOT.
+// The human-readable forms of a kernel graph: the text listing `kiln show` prints, Graphviz DOT
+// and a self-laid-out SVG drawing.
 //
 // The text listing is meant to be read top to bottom like a program: inputs, then each kernel op
 // with its result types, and for a graph-defined op its launch shape, its resource use against
@@ -7,6 +7,7 @@
 // written out under their fused op. Nothing here is parsed back; the JSON form is the exchange
 // format.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -321,6 +322,230 @@ std::string to_dot(const KernelGraph& g) {
     out += fmt::format("  {} -> \"out_{}\";\n", source[g.outputs[i]], i);
   }
   out += "}\n";
+  return out;
+}
+
+namespace {
+
+// SVG: every box is laid out here (no Graphviz): the graph's inputs in a row, then each kernel op
+// in program order (a graph-defined one as a frame holding its block ops in layers by depth),
+// then the outputs; edges are straight arrows from a producer's bottom to a consumer's top.
+struct SvgBox {
+  double x = 0, y = 0, w = 0, h = 0;
+  std::vector<std::string> lines;
+  std::string cls;  // CSS class: input, output, predefined, io, block, fused
+};
+
+constexpr double kCharW = 6.6, kLineH = 13, kPad = 6, kGapX = 14, kGapY = 26;
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) switch (c) {
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
+    }
+  return o;
+}
+
+SvgBox make_box(std::vector<std::string> lines, std::string cls) {
+  SvgBox b;
+  size_t w = 0;
+  for (const std::string& l : lines) w = std::max(w, l.size());
+  b.w = static_cast<double>(w) * kCharW + 2 * kPad;
+  b.h = static_cast<double>(lines.size()) * kLineH + 2 * kPad - 2;
+  b.lines = std::move(lines);
+  b.cls = std::move(cls);
+  return b;
+}
+
+// Places a row of boxes centred on `cx` at height y; returns the row's height.
+double place_row(std::vector<SvgBox*> row, double cx, double y) {
+  double w = 0, h = 0;
+  for (SvgBox* b : row) w += b->w, h = std::max(h, b->h);
+  w += kGapX * static_cast<double>(row.size() - 1);
+  double x = cx - w / 2;
+  for (SvgBox* b : row) {
+    b->x = x;
+    b->y = y;
+    x += b->w + kGapX;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string to_svg(const KernelGraph& g) {
+  std::vector<SvgBox> boxes;
+  std::vector<SvgBox> frames;                     // one per graph-defined kernel
+  std::vector<std::pair<int, int>> edges;         // box -> box
+  std::vector<int> source(g.tensors.size(), -1);  // the box producing each tensor
+  std::vector<std::vector<int>> bands;            // boxes of each horizontal band, top to bottom
+  std::vector<int> band_frame;                    // the frame a band belongs to (-1: none)
+  boxes.reserve(16);
+  auto add = [&](SvgBox b) {
+    boxes.push_back(std::move(b));
+    return static_cast<int>(boxes.size()) - 1;
+  };
+  {
+    std::vector<int> row;
+    for (int t : g.inputs) {
+      source[t] = add(make_box({g.tensor(t).name, type_str(g.tensor(t))}, "input"));
+      row.push_back(source[t]);
+    }
+    bands.push_back(row);
+    band_frame.push_back(-1);
+  }
+  std::vector<std::pair<int, std::vector<int>>> frame_bands;  // frame -> its band indices
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const KernelOp& op = g.ops[k];
+    if (op.kind != OpKind::GraphDefined) {
+      std::vector<std::string> args;
+      for (int t : op.inputs) args.push_back(g.tensor(t).name);
+      const TensorDesc& t = g.tensor(op.outputs.at(0));
+      int b = add(make_box({fmt::format("{} = {}", t.name, call(op.kind, args, op.attrs)),
+                            type_str(t), "predefined kernel"},
+                           "predefined"));
+      for (int in : op.inputs)
+        if (source[in] >= 0) edges.push_back({source[in], b});
+      source[op.outputs.at(0)] = b;
+      bands.push_back({b});
+      band_frame.push_back(-1);
+      continue;
+    }
+    const BlockGraph& bg = *op.block;
+    SvgBox frame = make_box({fmt::format("kernel {}: grid {}, loop {}, {} threads", op.name,
+                                         shape_str(bg.grid), shape_str(bg.loop), bg.block_threads)},
+                            "frame");
+    int fi = static_cast<int>(frames.size());
+    std::vector<int> depth(bg.ops.size(), 0), ids(bg.ops.size(), -1);
+    int max_depth = 0;
+    for (size_t i = 0; i < bg.ops.size(); ++i) {
+      const BlockOp& b = bg.ops[i];
+      for (int in : b.inputs) depth[i] = std::max(depth[i], depth[in] + 1);
+      max_depth = std::max(max_depth, depth[i]);
+      std::vector<std::string> lines = {
+          fmt::format("{} = {}", b.name, block_expr(g, op, bg, b)),
+          fmt::format("{} {}", shape_str(b.shape), stage_name(b.stage))};
+      if (auto m = block_maps(b); !m.empty())
+        lines.push_back(fmt::format("{}", fmt::join(m, "  ")));
+      for (std::string& l : thread_lines(bg, b)) lines.push_back("  " + l);
+      bool io = b.kind == OpKind::Input || b.kind == OpKind::Output;
+      ids[i] = add(make_box(std::move(lines), io ? "io" : b.thread ? "fused" : "block"));
+      for (int in : b.inputs) edges.push_back({ids[in], ids[i]});
+      if (b.kind == OpKind::Input) {
+        int t = op.inputs.at(b.io);
+        if (source[t] >= 0) edges.push_back({source[t], ids[i]});
+      }
+      if (b.kind == OpKind::Output) source[op.outputs.at(b.io)] = ids[i];
+    }
+    std::vector<int> mine;
+    for (int d = 0; d <= max_depth; ++d) {
+      std::vector<int> row;
+      for (size_t i = 0; i < bg.ops.size(); ++i)
+        if (depth[i] == d) row.push_back(ids[i]);
+      mine.push_back(static_cast<int>(bands.size()));
+      bands.push_back(row);
+      band_frame.push_back(fi);
+    }
+    frames.push_back(std::move(frame));
+    frame_bands.push_back({fi, mine});
+  }
+  {
+    std::vector<int> row;
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      const TensorDesc& t = g.tensor(g.outputs[i]);
+      int b = add(make_box({fmt::format("output {}: {}", i, t.name), type_str(t)}, "output"));
+      if (source[g.outputs[i]] >= 0) edges.push_back({source[g.outputs[i]], b});
+      row.push_back(b);
+    }
+    bands.push_back(row);
+    band_frame.push_back(-1);
+  }
+  // Width: the widest band (a frame's bands inside its margins).
+  double width = 0;
+  for (size_t bi = 0; bi < bands.size(); ++bi) {
+    double w = 0;
+    for (int b : bands[bi]) w += boxes[b].w + kGapX;
+    w += band_frame[bi] >= 0 ? 2 * kGapX : 0;
+    width = std::max(width, w);
+  }
+  for (const SvgBox& f : frames) width = std::max(width, f.w + 2 * kGapX);
+  width += 2 * kGapX;
+  const double cx = width / 2;
+  double y = kGapX;
+  int open = -1;  // the frame whose bands are being placed
+  for (size_t bi = 0; bi < bands.size(); ++bi) {
+    int f = band_frame[bi];
+    if (f != open) {
+      if (open >= 0) {
+        frames[open].h = y - frames[open].y;
+        y += kGapY;
+      }
+      if (f >= 0) {
+        frames[f].x = kGapX / 2;
+        frames[f].y = y;
+        frames[f].w = width - kGapX;
+        y += kLineH + 2 * kPad;
+      }
+      open = f;
+    }
+    std::vector<SvgBox*> row;
+    for (int b : bands[bi]) row.push_back(&boxes[b]);
+    if (!row.empty()) y += place_row(row, cx, y) + kGapY;
+  }
+  if (open >= 0) frames[open].h = y - frames[open].y;
+  const double height = y;
+
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"kiln-graph\" width=\"{:.0f}\" "
+      "height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"monospace\" "
+      "font-size=\"11\">\n",
+      width, height, width, height);
+  out += fmt::format("<title>{}</title>\n", xml_escape(g.name));
+  out +=
+      "<defs><marker id=\"kiln-arrow\" viewBox=\"0 0 8 8\" refX=\"8\" refY=\"4\" "
+      "markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" "
+      "fill=\"#555\"/></marker></defs>\n";
+  const std::map<std::string, std::string> fill = {{"input", "#e3f0ff"},      {"output", "#e3ffe8"},
+                                                   {"predefined", "#fff4d6"}, {"io", "#f0f0f0"},
+                                                   {"block", "#ffffff"},      {"fused", "#fde9f3"}};
+  for (const SvgBox& f : frames)
+    out += fmt::format(
+        "<g class=\"kernel\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+        "rx=\"8\" fill=\"#fafafa\" stroke=\"#888\" stroke-dasharray=\"4 3\"/><text x=\"{:.1f}\" "
+        "y=\"{:.1f}\" font-weight=\"bold\">{}</text></g>\n",
+        f.x, f.y, f.w, f.h, f.x + kPad, f.y + kPad + kLineH - 3, xml_escape(f.lines[0]));
+  for (const auto& [a, b] : edges) {
+    const SvgBox &p = boxes[a], &q = boxes[b];
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#555\" "
+        "marker-end=\"url(#kiln-arrow)\"/>\n",
+        p.x + p.w / 2, p.y + p.h, q.x + q.w / 2, q.y);
+  }
+  for (const SvgBox& b : boxes) {
+    out += fmt::format(
+        "<g class=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+        "rx=\"{}\" fill=\"{}\" stroke=\"#333\"/>",
+        b.cls, b.x, b.y, b.w, b.h, b.cls == "input" || b.cls == "output" ? 10 : 3, fill.at(b.cls));
+    for (size_t i = 0; i < b.lines.size(); ++i)
+      out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\"{}>{}</text>", b.x + kPad,
+                         b.y + kPad + kLineH * static_cast<double>(i + 1) - 3,
+                         i == 0 ? " font-weight=\"bold\"" : "", xml_escape(b.lines[i]));
+    out += "</g>\n";
+  }
+  out += "</svg>\n";
   return out;
 }
 

@@ -92,6 +92,12 @@ TEST(Cli, ShowPrintsSpecsAndMugraphs) {
   KilnRun d = kiln("show --dot " + example("gqa.mugraph.json"));
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(d.out.rfind("digraph", 0), 0u);
+  // --svg: a standalone SVG document (the drawing's properties: PrintSvg in tests/ir).
+  KilnRun v = kiln("show --svg " + example("gqa.mugraph.json"));
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_EQ(v.out.substr(v.out.size() - 7), "</svg>\n");
+  EXPECT_EQ(kiln("show --svg --dot " + example("gqa.mugraph.json")).status, 2);
 }
 
 TEST(Cli, InvalidSpecExitsTwoWithLocationAndWritesNothing) {
@@ -842,6 +848,122 @@ int use(void) {
 // only build/kiln and examples/ (the optimize line gets a 5 s limit and --no-profile; bench needs
 // a GPU and is skipped, as is the Graphviz line where `dot` is missing). Each must exit 0, the
 // documented status of every one of them on these examples.
+// `kiln trace`: every verb answers (text and --json), filters apply, bad ids and files exit 2,
+// and the μGraph `trace graph` writes for a ranked candidate is the one optimize wrote, which
+// verify and emit accept.
+TEST(Cli, TraceVerbsAnswerAndGraphsRoundTrip) {
+  const std::string dir = std::string(KILN_BINARY_DIR) + "/cli_trace";
+  std::filesystem::remove_all(dir);
+  const std::string trace = dir + "/lora.trace";
+  KilnRun o = kiln("optimize " + example("lora.json") + " -o " + dir + "/out --trace " + trace +
+                   " --no-cache --no-profile --threads 2 --time-limit 30");
+  ASSERT_EQ(o.status, 0) << o.err;
+  for (const char* verb : {"summary", "top 3", "why 1", "path 1", "tree --depth 1", "graph 1"}) {
+    KilnRun t = kiln("trace " + trace + " " + verb);
+    EXPECT_EQ(t.status, 0) << verb << "\n" << t.err;
+    EXPECT_FALSE(t.out.empty()) << verb;
+    KilnRun j = kiln("trace " + trace + " " + verb + " --json");
+    EXPECT_EQ(j.status, 0) << verb << "\n" << j.err;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(j.out)) << verb;
+  }
+  // The model's winner is rank 1 of `top`, with the fingerprint optimize reported.
+  nlohmann::json report = nlohmann::json::parse(slurp_file(dir + "/out/report.json"));
+  int64_t id = report["ranked"][0]["trace_id"].get<int64_t>();
+  nlohmann::json top = nlohmann::json::parse(kiln("trace " + trace + " top 50 --json").out);
+  bool found = false;
+  for (const auto& r : top) found |= r["id"] == id && r["rank"] == 1;
+  EXPECT_TRUE(found) << top.dump();
+  // Filters: every row matches.
+  nlohmann::json pruned = nlohmann::json::parse(
+      kiln("trace " + trace + " top 20 --kind schedule --reason map --json").out);
+  EXPECT_FALSE(pruned.empty());
+  for (const auto& r : pruned) {
+    EXPECT_EQ(r["kind"], "schedule");
+    EXPECT_EQ(r["reason"], "map");
+  }
+  nlohmann::json cheap = nlohmann::json::parse(
+      kiln("trace " + trace + " top 100 --kernels 1 --max-cost 5 --json").out);
+  for (const auto& r : cheap) {
+    EXPECT_EQ(r["kernels"], 1);
+    EXPECT_LE(r["cost_us"].get<double>(), 5);
+  }
+  // path: root first, one decision per level, down to the state.
+  nlohmann::json path =
+      nlohmann::json::parse(kiln("trace " + trace + " path " + std::to_string(id) + " --json").out);
+  ASSERT_GE(path.size(), 3u);
+  EXPECT_EQ(path.front()["id"], 0);
+  EXPECT_EQ(path.back()["id"], id);
+  // graph: the winner again, byte for byte; verify and emit take it.
+  const std::string g = dir + "/winner.mugraph.json";
+  KilnRun gr = kiln("trace " + trace + " graph " + std::to_string(id) + " -o " + g);
+  ASSERT_EQ(gr.status, 0) << gr.err;
+  EXPECT_EQ(slurp_file(g), slurp_file(dir + "/out/lora.mugraph.json"));
+  EXPECT_EQ(kiln("verify " + example("lora.json") + " " + g).status, 0);
+  EXPECT_EQ(kiln("emit " + g + " --spec " + example("lora.json") + " -o " + dir + "/w.cu").status,
+            0);
+  // User errors: exit 2 with a message, nothing on stdout.
+  for (const std::string& bad :
+       {trace + " why 999999999", trace + " graph 0", trace + " why", trace + " top x",
+        trace + " top --kind nothing", example("lora.json") + " summary",
+        dir + "/missing.trace summary"}) {
+    KilnRun b = kiln("trace " + bad);
+    EXPECT_EQ(b.status, 2) << bad << "\n" << b.err;
+    EXPECT_TRUE(b.out.empty()) << bad;
+    EXPECT_FALSE(b.err.empty()) << bad;
+  }
+}
+
+// A traced run that no limit cut finds what an untraced one finds, so it fills the cache, and an
+// untraced run then takes that result. A traced run never reads the cache (it must search).
+TEST(Cli, AnExhaustedTracedRunFillsTheCache) {
+  const std::string dir = std::string(KILN_BINARY_DIR) + "/cli_trace_cache";
+  std::filesystem::remove_all(dir);
+  const std::string common = " --cache " + dir + "/cache --no-profile --threads 2 --time-limit 30";
+  KilnRun t = kiln("optimize " + example("lora.json") + " -o " + dir + "/a --trace " + dir +
+                   "/a.trace" + common);
+  ASSERT_EQ(t.status, 0) << t.err;
+  KilnRun u = kiln("optimize " + example("lora.json") + " -o " + dir + "/b" + common);
+  ASSERT_EQ(u.status, 0) << u.err;
+  EXPECT_NE(u.err.find("cached result"), std::string::npos) << u.err;
+  EXPECT_EQ(slurp_file(dir + "/a/lora.mugraph.json"), slurp_file(dir + "/b/lora.mugraph.json"));
+  KilnRun t2 = kiln("optimize " + example("lora.json") + " -o " + dir + "/c --trace " + dir +
+                    "/c.trace" + common);
+  ASSERT_EQ(t2.status, 0) << t2.err;
+  EXPECT_EQ(t2.err.find("cached result"), std::string::npos) << t2.err;
+}
+
+// stderr: -q leaves warnings and errors only, -v adds details, and off a terminal (as here) a
+// progress line comes every --progress-every seconds; stdout (the winner's path) never changes.
+TEST(Cli, QuietVerboseAndProgressOffATerminal) {
+  const std::string dir = std::string(KILN_BINARY_DIR) + "/cli_verbosity";
+  std::filesystem::remove_all(dir);
+  const std::string run = "optimize " + example("rmsnorm_linear.json") + " --no-cache " +
+                          "--no-profile --threads 2 --time-limit 30 -o " + dir;
+  KilnRun normal = kiln(run + "/n --progress-every 0.2");
+  ASSERT_EQ(normal.status, 0) << normal.err;
+  EXPECT_NE(normal.err.find("kiln: [generate] "), std::string::npos) << normal.err;
+  EXPECT_NE(normal.err.find("kiln: best: "), std::string::npos);
+  EXPECT_EQ(normal.err.find("generation "), std::string::npos) << "a detail without -v";
+  KilnRun quiet = kiln("-q " + run + "/q --progress-every 0.2");
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  KilnRun verbose = kiln(run + "/v -v");
+  ASSERT_EQ(verbose.status, 0) << verbose.err;
+  EXPECT_NE(verbose.err.find("generation "), std::string::npos) << verbose.err;
+  EXPECT_EQ(normal.out, dir + "/n/rmsnorm_linear.mugraph.json\n");
+  EXPECT_EQ(quiet.out, dir + "/q/rmsnorm_linear.mugraph.json\n");
+  EXPECT_EQ(kiln("-q -v " + run + "/x").status, 2);
+  // Other commands' notes too: emit says what it wrote, unless -q.
+  const std::string emit = "emit " + example("lora.mugraph.json") + " --spec " +
+                           example("lora.json") + " -o " + dir + "/l.cu";
+  KilnRun e = kiln(emit);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_NE(e.err.find("wrote "), std::string::npos);
+  KilnRun eq = kiln(emit + " -q");
+  ASSERT_EQ(eq.status, 0) << eq.err;
+  EXPECT_EQ(eq.err, "");
+}
+
 TEST(Cli, ReadmeCommandsRunAsWritten) {
   std::ifstream f(std::string(KILN_SOURCE_DIR) + "/README.md");
   std::string line;

@@ -1,7 +1,10 @@
-// The text and DOT printers: properties every graph's listing must have, not golden text.
+// The text, DOT and SVG printers: properties every graph's listing must have, not golden text.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -111,6 +114,72 @@ TEST(PrintDot, EscapesQuotesInNames) {
   g.name = "say \"hi\"";  // not a valid name, but the printer must not break on one
   std::string dot = to_dot(g);
   EXPECT_NE(dot.find("digraph \"say \\\"hi\\\"\""), std::string::npos) << dot.substr(0, 80);
+}
+
+// The SVG drawing: one document, tags balanced, a kernel frame per graph-defined op, a box per
+// input, block op and output (with its name), an arrow per data dependence, every box inside the
+// canvas, and no two boxes of one row overlapping.
+TEST(PrintSvg, IsWellFormedAndDrawsEveryOpInsideTheCanvas) {
+  for (auto& [name, g] : samples::all()) {
+    SCOPED_TRACE(name);
+    std::string svg = to_svg(g);
+    EXPECT_EQ(svg.rfind("<svg ", 0), 0u);
+    EXPECT_EQ(count(svg, "<svg"), 1u);
+    EXPECT_EQ(count(svg, "</svg>"), 1u);
+    EXPECT_EQ(count(svg, "<g "), count(svg, "</g>"));
+    EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
+    EXPECT_EQ(static_cast<int>(count(svg, "<g class=\"kernel\">")), graph_defined_ops(g));
+    size_t boxes = g.inputs.size() + g.outputs.size(), edges = g.outputs.size();
+    for (const KernelOp& op : g.ops) {
+      if (!op.block) {
+        ++boxes;
+        edges += op.inputs.size();
+        continue;
+      }
+      for (const BlockOp& b : op.block->ops) {
+        ++boxes;
+        edges += b.inputs.size() + (b.kind == OpKind::Input);
+        EXPECT_NE(svg.find(">" + b.name + " = "), std::string::npos) << b.name;
+      }
+    }
+    EXPECT_EQ(count(svg, "<rect"), boxes + graph_defined_ops(g));
+    EXPECT_EQ(count(svg, "<line"), edges);
+    for (int t : g.inputs) EXPECT_NE(svg.find(">" + g.tensor(t).name + "<"), std::string::npos);
+    // Geometry: every rect inside the canvas; rects of one row (same y) apart.
+    double w = 0, h = 0;
+    ASSERT_EQ(std::sscanf(svg.c_str(),
+                          "<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                          "class=\"kiln-graph\" width=\"%lf\" height=\"%lf\"",
+                          &w, &h),
+              2);
+    std::vector<std::array<double, 4>> rects;
+    for (size_t at = svg.find("<rect x=\""); at != std::string::npos;
+         at = svg.find("<rect x=\"", at + 1)) {
+      std::array<double, 4> r{};
+      ASSERT_EQ(
+          std::sscanf(svg.c_str() + at, "<rect x=\"%lf\" y=\"%lf\" width=\"%lf\" height=\"%lf\"",
+                      &r[0], &r[1], &r[2], &r[3]),
+          4);
+      EXPECT_GE(r[0], 0);
+      EXPECT_GE(r[1], 0);
+      EXPECT_LE(r[0] + r[2], w + 0.5);
+      EXPECT_LE(r[1] + r[3], h + 0.5);
+      rects.push_back(r);
+    }
+    for (size_t i = 0; i < rects.size(); ++i)
+      for (size_t j = i + 1; j < rects.size(); ++j)
+        if (rects[i][1] == rects[j][1] && rects[i][2] < w - 20 && rects[j][2] < w - 20)
+          EXPECT_TRUE(rects[i][0] + rects[i][2] <= rects[j][0] ||
+                      rects[j][0] + rects[j][2] <= rects[i][0])
+              << "overlapping boxes " << i << ", " << j;
+  }
+}
+
+TEST(PrintSvg, EscapesMarkupInNames) {
+  KernelGraph g = samples::tiled_matmul();
+  g.name = "a<b & \"c\"";
+  std::string svg = to_svg(g);
+  EXPECT_NE(svg.find("<title>a&lt;b &amp; &quot;c&quot;</title>"), std::string::npos);
 }
 
 }  // namespace

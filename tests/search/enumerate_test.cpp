@@ -127,7 +127,7 @@ TEST(Enumerate, PrunesAnOpTheSpecCannotContainByItsAbstractExpression) {
       enumerate_block_graphs(f.g, f.group, Schedule{}, f.exprs, &f.pruner, default_target(), o);
   int exp_pruned = 0, exp_kept = 0;
   for (const EnumState& s : r.states_log)
-    if (s.detail.rfind("exp(", 0) == 0) (s.pruned == "absexpr" ? exp_pruned : exp_kept)++;
+    if (s.detail(r.vocab).rfind("exp(", 0) == 0) (s.pruned == "absexpr" ? exp_pruned : exp_kept)++;
   EXPECT_GT(exp_pruned, 0);
   EXPECT_EQ(exp_kept, 0);  // exp(X), exp(W), exp(X·W): none is in relu(X·W)
   EXPECT_GT(r.pruned.at("absexpr"), 0);
@@ -138,7 +138,7 @@ TEST(Enumerate, PrunesAnOpTheSpecCannotContainByItsAbstractExpression) {
       enumerate_block_graphs(f.g, f.group, Schedule{}, f.exprs, nullptr, default_target(), o);
   int survived = 0;
   for (const EnumState& s : u.states_log)
-    if (s.detail.rfind("exp(", 0) == 0 && s.pruned.empty()) ++survived;
+    if (s.detail(u.vocab).rfind("exp(", 0) == 0 && s.pruned.empty()) ++survived;
   EXPECT_GT(survived, 0);
   EXPECT_GT(u.states, r.states);
 }
@@ -156,7 +156,7 @@ TEST(Enumerate, IsDeterministic) {
   for (size_t i = 0; i < a.recipes.size(); ++i) EXPECT_EQ(a.recipes[i].str(), b.recipes[i].str());
   ASSERT_EQ(a.states_log.size(), b.states_log.size());
   for (size_t i = 0; i < a.states_log.size(); ++i)
-    EXPECT_EQ(a.states_log[i].detail, b.states_log[i].detail);
+    EXPECT_EQ(a.states_log[i].detail(a.vocab), b.states_log[i].detail(b.vocab));
 }
 
 TEST(Enumerate, FeedsTheSearch) {

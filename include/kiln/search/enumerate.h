@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ir/block_graph.h"
@@ -55,6 +56,7 @@ struct VocabOp {
   OpKind kind;
   Attrs attrs;
   bool operator==(const VocabOp&) const = default;
+  std::string str() const;  // "mul", "sum(dim 1, keepdim 0)"
 };
 // The vocabulary for a variant (loop: whether the schedule has a loop). Fixed order.
 std::vector<VocabOp> block_vocabulary(const PGraph& g, bool loop);
@@ -71,11 +73,17 @@ struct BlockRecipe {
   std::string str() const;
 };
 
-// One enumerated state, for traces: its parent (index into EnumResult::states, -1 for the
-// start), what it added, and why it was pruned ("" if it was not).
+// One enumerated state, for traces: its parent (index into EnumResult::states_log, -1 for the
+// start), the op it added (an index into EnumResult::vocab, and its operands), and why it was
+// pruned ("" if it was not). Kept as numbers: a trace holds hundreds of thousands of them.
 struct EnumState {
   int parent = -1;
-  std::string detail, pruned;
+  int vocab = -1;
+  std::vector<int> inputs;
+  std::string_view pruned;  // a reason name (static storage)
+  bool complete = false;    // a complete block graph
+  // "mul(0, 1)", with " -> complete" for a complete one.
+  std::string detail(const std::vector<VocabOp>& vocab) const;
 };
 
 struct EnumOptions {
@@ -97,6 +105,7 @@ struct EnumResult {
   int64_t out_of_order = 0;               // extensions not generated because of the canonical order
   int64_t cse = 0;                        // extensions not generated: same op on the same operands
   bool budget_hit = false;                // max_states reached or stop() said so
+  std::vector<VocabOp> vocab;             // the vocabulary enumerated from (EnumState::vocab)
   std::vector<EnumState> states_log;
 };
 

@@ -183,6 +183,9 @@ struct KernelChoice {
 bool predefined_ok(const PGraph& g, int n);
 // Builds the μGraph of a partition with one choice per group, through KernelGraphBuilder.
 KernelGraph assemble(const PGraph& g, const std::vector<KernelChoice>& kernels, Arch arch);
+// One kernel alone, as the search costs a choice: a graph of the group's input tensors (and, for
+// a predefined op, its constants) and that kernel, whose outputs are the graph's.
+KernelGraph kernel_alone(const PGraph& g, const KernelChoice& kc, Arch arch);
 
 // A canonical fingerprint of a μGraph: equal for graphs that differ only in names.
 std::string fingerprint(const KernelGraph& g);

@@ -110,8 +110,9 @@ Measurement parse_harness_output(const ProcessResult& r);
 struct ProfileOptions {
   HarnessRun run;
   std::string work_dir;  // one subdirectory per candidate
-  int threads = 0;       // parallel nvcc processes (0: all cores)
-  // Called from the calling thread as each step finishes: ("compiling"|"profiling", done, total).
+  int threads = 0;       // parallel nvcc processes (0: all cores; at most oneTBB's threads)
+  // Called as each step finishes, one call at a time (a compile's from the oneTBB thread that
+  // ran it): ("compiling"|"profiling", done, total).
   std::function<void(const char* phase, int done, int total)> progress;
   // Also measure the spec's own kernel graph (when no candidate is it). Off when the spec failed
   // the search's float check: what failed a check is never measured as a fallback.
