@@ -22,8 +22,6 @@
 #include "kiln/ir/diag.h"
 #include "planner/block_planner.h"
 
-using kiln::planner::align_up;
-
 namespace kiln {
 
 const char* tile_home_name(TileHome h) {
@@ -123,6 +121,8 @@ std::string KernelPlan::strategy() const {
 }
 
 namespace {
+
+using planner::align_up;
 
 int64_t tensor_bytes(const TensorDesc& t) {
   return numel(t.shape) * dtype_bytes(t.dtype);

@@ -134,8 +134,10 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   // front of a ~20 us GEMV).
   const int a_id = op.inputs[0];
   const int pr = g.producer(a_id);
+  // Not when the rms_norm has taken over its own producer (an elementwise prologue that it
+  // does not store): the GEMV would read that producer's output, which nothing writes.
   if (pr >= 0 && g.ops[pr].kind == OpKind::RmsNorm && g.ops[pr].inputs.size() == 1 &&
-      !ctx.is_output.count(a_id) && ctx.consumers[a_id] == 1 &&
+      ctx.s.kernels[pr].prologue_op < 0 && !ctx.is_output.count(a_id) && ctx.consumers[a_id] == 1 &&
       g.tensor(g.ops[pr].inputs[0]).dtype == s.a.dtype &&
       g.tensor(g.ops[pr].inputs[0]).shape == s.a.shape) {
     p.rms = true;

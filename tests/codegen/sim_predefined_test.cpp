@@ -123,6 +123,36 @@ TEST(SimPredefined, RmsNormFusedIntoGemv) {
   }
 }
 
+// x + r -> weightless rms_norm over long rows -> decode matmul: the rms_norm kernel takes the add
+// as its prologue (not storing its output), so the GEMV must not take the rms_norm over as well
+// (it would read the add's output, which then nothing writes: the emitted file did not compile).
+TEST(SimPredefined, ResidualRmsNormBeforeGemv) {
+  KernelGraphBuilder b("resrms");
+  int x = b.input("X", {4, 2048}, DType::F16);
+  int r = b.input("R", {4, 2048}, DType::F16);
+  int w = b.input("W", {2048, 64}, DType::F16);
+  int h = b.op(OpKind::Add, {x, r}, {}, "h");
+  int n = b.op(OpKind::RmsNorm, {h}, {}, "n");
+  b.output(b.op(OpKind::MatMul, {n, w}, {}, "y"));
+  KernelGraph kg = std::move(b).finish();
+  Schedule s = plan_schedule(kg, target_for(Arch::Sm90a));
+  ASSERT_TRUE(s.kernels[1].as<RmsRowsKernel>()) << s.kernels[1].strategy();
+  EXPECT_EQ(s.kernels[1].prologue_op, 0);
+  EXPECT_EQ(s.kernels[2].strategy(), "gemv");
+  // Every tensor a kernel reads is an input or written by a kernel that runs.
+  for (const KernelPlan& kp : s.kernels) {
+    if (kp.fused_into >= 0) continue;
+    const KernelOp& op = kg.ops[kp.op];
+    for (int t : op.inputs) {
+      const int p = kg.producer(t);
+      if (p < 0 || p == kp.prologue_op) continue;
+      EXPECT_TRUE(s.kernels[p].fused_into < 0 || s.kernels[s.kernels[p].fused_into].prologue_stores)
+          << kp.kernel << " reads " << kg.tensor(t).name;
+    }
+  }
+  expect_sim_ok(std::move(kg), "pre_resrms");
+}
+
 // A long-row rms_norm runs in 16-byte vectors with the row in registers; an elementwise producer
 // whose other readers run later becomes its prologue (stored when an output or read again), one
 // read earlier keeps its own kernel.
