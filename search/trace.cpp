@@ -87,6 +87,9 @@ struct TraceWriter::Impl {
   bool closing = false, closed = false;
   std::string error;  // the first failure; the writer stops writing after it
   std::thread thread;
+  // Rows between commits: each commit is what a run killed mid-way leaves readable (the rollback
+  // journal restores the last one); a commit of a small batch costs a few milliseconds.
+  static constexpr int64_t kCommitRows = 50000;
   int64_t since_commit = 0;
 
   void check(int rc, const char* what) {
@@ -141,7 +144,7 @@ struct TraceWriter::Impl {
     if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
         SQLITE_OK) {
       std::string why = db ? sqlite3_errmsg(db) : "out of memory";
-      sqlite3_close(db);
+      sqlite3_close_v2(db);
       db = nullptr;
       throw UserError(ErrorCode::Io, fmt::format("cannot write the trace file {}: {}", path, why),
                       "give --trace a path whose directory exists and is writable");
@@ -277,6 +280,7 @@ struct TraceWriter::Impl {
     put("spec", m.spec);
     put("config", m.config);
     sqlite3_finalize(st);
+    since_commit = kCommitRows;  // committed at once: a killed run's file still names its spec
   }
 
   // What makes queries instant: the indexes (built once, sorted, at the end, which is both
@@ -326,7 +330,7 @@ struct TraceWriter::Impl {
       }
       try {
         std::visit([&](auto& x) { apply(x); }, item);
-        if (since_commit >= 200000) {
+        if (since_commit >= kCommitRows) {
           exec("COMMIT; BEGIN");
           since_commit = 0;
         }
@@ -344,7 +348,7 @@ struct TraceWriter::Impl {
     }
     for (sqlite3_stmt* s : {insert, intern_stmt, update, update_cost, measure, rank_stmt, run_stmt})
       sqlite3_finalize(s);
-    sqlite3_close(db);
+    sqlite3_close_v2(db);
     db = nullptr;
   }
 
@@ -367,7 +371,7 @@ TraceWriter::TraceWriter(const std::string& path, int64_t batch_rows)
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
-    if (impl_->db) sqlite3_close(impl_->db);
+    if (impl_->db) sqlite3_close_v2(impl_->db);
     throw UserError(ErrorCode::Io,
                     fmt::format("cannot write the trace file {}: {}", path, e.what()));
   }

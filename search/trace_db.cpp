@@ -230,7 +230,21 @@ TraceDb TraceDb::open(const std::string& path) {
                     "write one with kiln optimize SPEC -o DIR --trace FILE");
   TraceDb t;
   t.path_ = path;
-  if (sqlite3_open_v2(path.c_str(), &t.db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+  // A run killed mid-way leaves a hot rollback journal beside the file, which a read-only
+  // connection cannot roll back (every read fails); opened read-write, SQLite rolls it back and
+  // the file holds the batches the run committed. Where it cannot be written, read-only.
+  struct stat jb;
+  const bool hot = ::stat((path + "-journal").c_str(), &jb) == 0 && jb.st_size > 0;
+  int rc = SQLITE_ERROR;
+  if (hot) {
+    rc = sqlite3_open_v2(path.c_str(), &t.db_, SQLITE_OPEN_READWRITE, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_close_v2(t.db_);
+      t.db_ = nullptr;
+    }
+  }
+  if (rc != SQLITE_OK) rc = sqlite3_open_v2(path.c_str(), &t.db_, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK)
     throw UserError(ErrorCode::Io, fmt::format("cannot read trace file {}: {}", path,
                                                t.db_ ? sqlite3_errmsg(t.db_) : "out of memory"));
   // A JSON Lines trace (Kiln before kiln-trace/2) or any other file fails here.
@@ -440,8 +454,13 @@ void TraceDb::for_each(const std::function<void(const TraceRow&)>& f) const {
 
 TraceSummary TraceDb::summary() const {
   TraceSummary s;
-  Stmt st(db_,
-          "SELECT c.kind, c.status, r.s, c.n FROM counts c LEFT JOIN strings r ON r.id = c.reason");
+  // The writer stores the counts (and last_t_ms) when it closes the trace; a killed run's file
+  // has neither, and its committed rows are counted here instead.
+  s.complete = !meta("last_t_ms").empty();
+  Stmt st(db_, s.complete ? "SELECT c.kind, c.status, r.s, c.n FROM counts c LEFT JOIN strings r "
+                            "ON r.id = c.reason"
+                          : "SELECT c.kind, c.status, r.s, count(*) FROM states c LEFT JOIN "
+                            "strings r ON r.id = c.reason GROUP BY c.kind, c.status, c.reason");
   while (st.step()) {
     int k = sqlite3_column_int(*st, 0), u = sqlite3_column_int(*st, 1);
     if (k < 0 || k >= kTraceKinds || u < 0 || u >= kTraceStatuses) continue;
@@ -483,12 +502,16 @@ nlohmann::json TraceSummary::to_json() const {
           {"costed_candidates", costed_candidates},
           {"best_verified_us",
            best_verified_us < 0 ? nlohmann::json(nullptr) : nlohmann::json(best_verified_us)},
-          {"elapsed_s", elapsed_s}};
+          {"elapsed_s", elapsed_s},
+          {"complete", complete}};
 }
 
 std::string TraceSummary::str() const {
   std::string s =
-      fmt::format("spec {}: {} states over {:.2f} s\nstates by kind:\n", spec, states, elapsed_s);
+      fmt::format("spec {}: {} states over {:.2f} s\n{}states by kind:\n", spec, states, elapsed_s,
+                  complete ? ""
+                           : "incomplete: the run stopped before it closed the trace; these are "
+                             "the rows it committed\n");
   for (const auto& [kind, by] : states_by_kind) {
     int64_t n = 0;
     std::string parts;
