@@ -15,6 +15,22 @@ namespace kiln {
 
 namespace cgen {
 
+void fused_lambda(Code& c, const BlockOp& o) {
+  const ThreadGraph& tg = *o.thread;
+  std::vector<std::string> ps;
+  for (int i = 0; i < tg.num_inputs; ++i) ps.push_back(fmt::format("float a{}", i));
+  c.open(fmt::format("auto fz_{} = []({}) -> float {{", o.name, fmt::join(ps, ", ")));
+  for (size_t j = 0; j < tg.ops.size(); ++j) {
+    std::vector<std::string> xs;
+    for (int r : tg.ops[j].inputs)
+      xs.push_back(r < tg.num_inputs ? fmt::format("a{}", r)
+                                     : fmt::format("t{}", r - tg.num_inputs));
+    c.f("const float t{} = {};", j, ew_expr(tg.ops[j].kind, tg.ops[j].attrs, xs));
+  }
+  c.f("return t{};", tg.ops.size() - 1);
+  c.close("};");
+}
+
 RowView row_view(const Shape& x, int dim) {
   RowView v;
   for (int d = 0; d < static_cast<int>(x.size()); ++d) {

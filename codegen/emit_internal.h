@@ -42,6 +42,10 @@ void launch_check(Code& c);
 std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std::string>& params,
                                 std::vector<std::string>& args);
 
+// `auto fz_NAME = [](float a0, ...) -> float {...};`: block op o's thread graph (a Fused op) as a
+// device lambda, for the kernels that evaluate it per element (block graphs, row chains).
+void fused_lambda(Code& c, const BlockOp& o);
+
 // Loads V consecutive elements of each of op's non-constant inputs, at element offset `at` of
 // p<j>, into `float a<j>[V]`, and returns the per-element operand expressions for ew_expr (a<j>[q],
 // or the folded constant). V elements are 16 bytes of the inputs' dtype.

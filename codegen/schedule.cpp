@@ -103,6 +103,11 @@ bool PlanContext::is_const(int tensor) const {
   return p >= 0 && g.ops[p].kind == OpKind::Constant;
 }
 
+bool PlanContext::can_take_over(int op) const {
+  const KernelPlan& p = s.kernels.at(op);
+  return p.prologue_op < 0 && p.fused_into < 0;
+}
+
 void PlanContext::output_precision(int op, bool& f16, bool& bf16) const {
   f16 = bf16 = true;
   bool any = false;
@@ -197,6 +202,8 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     if (kp.prologue_op >= 0) {
       // The lowering took over its input's producer: that op gets no kernel, and its output is
       // materialized only when the kernel stores it.
+      KILN_ASSERT(ctx.can_take_over(kp.prologue_op), "{} takes over op {}, which is not free",
+                  kp.kernel, kp.prologue_op);
       KernelPlan& pp = s.kernels[kp.prologue_op];
       pp.plan = FusedIntoKernel{kp.kernel};
       pp.fused_into = static_cast<int>(k);

@@ -189,22 +189,8 @@ void BlockEmitter::declare_tiles() {
 }
 
 void BlockEmitter::declare_fused() {
-  for (const BlockOp& o : bg_.ops) {
-    if (o.kind != OpKind::Fused) continue;
-    const ThreadGraph& tg = *o.thread;
-    std::vector<std::string> ps;
-    for (int i = 0; i < tg.num_inputs; ++i) ps.push_back(fmt::format("float a{}", i));
-    c_->open(fmt::format("auto fz_{} = []({}) -> float {{", o.name, fmt::join(ps, ", ")));
-    for (size_t j = 0; j < tg.ops.size(); ++j) {
-      std::vector<std::string> xs;
-      for (int r : tg.ops[j].inputs)
-        xs.push_back(r < tg.num_inputs ? fmt::format("a{}", r)
-                                       : fmt::format("t{}", r - tg.num_inputs));
-      c_->f("const float t{} = {};", j, ew_expr(tg.ops[j].kind, tg.ops[j].attrs, xs));
-    }
-    c_->f("return t{};", tg.ops.size() - 1);
-    c_->close("};");
-  }
+  for (const BlockOp& o : bg_.ops)
+    if (o.kind == OpKind::Fused) fused_lambda(*c_, o);
 }
 
 void BlockEmitter::declare_accumulators() {

@@ -47,17 +47,12 @@ KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
 
 void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
-  const auto& M = m.M;
-  const auto& K = m.K;
-  const auto& N = m.N;
-  const auto& TA = m.TA;
-  const auto& TO = m.TO;
   Code& L = m.L;
   L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6>, {}, "
       "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
       "kiln::rt::WgmmaEpiIdentity(), stream);",
-      TA, TO, x.ptr(op.inputs[0]), K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), N,
-      x.ptr(op.outputs[0]), N, M, N, K);
+      m.TA, m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), m.N,
+      x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K);
   L.line("if (err != cudaSuccess) return err;");
   L.close();
 }
@@ -96,36 +91,29 @@ KernelCost GemmTcKernel::cost(const CostContext& x) const {
 
 void GemmTcKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
-  const auto& M = m.M;
-  const auto& K = m.K;
-  const auto& N = m.N;
-  const auto& TA = m.TA;
-  const auto& TO = m.TO;
-  const auto& ob = m.ob;
-  const auto& as = m.as;
-  const auto& bs = m.bs;
   Code& L = m.L;
-  std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", TA)
-                          : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", TA);
+  std::string cfg = small ? fmt::format("kiln::rt::GemmConfig<{}, 64, 128, 32, 2, 2, 4>", m.TA)
+                          : fmt::format("kiln::rt::GemmConfig<{}, 128, 128, 32, 2, 4, 3>", m.TA);
   int bm = small ? 64 : 128;
   L.f("using Cfg = {};", cfg);
-  L.f("constexpr auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", TO);
+  L.f("constexpr auto kern = kiln::cg::gemm_batched_kernel<Cfg, {}>;", m.TO);
   L.line(
       "if ((err = kiln::rt::raise_smem_limit_once<kern>(Cfg::kSmemBytes)) != cudaSuccess) "
       "return err;");
-  int64_t nb = ob[0] * ob[1];
-  int64_t chunk = kp.splits > 1 ? cdiv(cdiv(K, kp.splits), 32) * 32 : K;
+  int64_t nb = m.ob[0] * m.ob[1];
+  int64_t chunk = kp.splits > 1 ? cdiv(cdiv(m.K, kp.splits), 32) * 32 : m.K;
   std::string part = kp.splits > 1
                          ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
                          : "nullptr";
   L.f("kern<<<dim3({}, {}, {}), Cfg::kThreads, Cfg::kSmemBytes, stream>>>({}, {}, {}, {}, {}, "
       "{}, {}, {}, {}ll, {}ll, {}ll, {}ll, {}, {});",
-      cdiv(N, 128), cdiv(M, bm), nb * kp.splits, x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
-      x.ptr(op.outputs[0]), M, N, K, nb, ob[1], as[0], as[1], bs[0], bs[1], chunk, part);
+      cdiv(m.N, 128), cdiv(m.M, bm), nb * kp.splits, x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
+      x.ptr(op.outputs[0]), m.M, m.N, m.K, nb, m.ob[1], m.as[0], m.as[1], m.bs[0], m.bs[1], chunk,
+      part);
   launch_check(L);
   if (kp.splits > 1) {
-    int64_t count = nb * M * N;
-    L.f("kiln::cg::splitk_sum_kernel<{}><<<{}, 256, 0, stream>>>({}, {}, {}, {}ll);", TO,
+    int64_t count = nb * m.M * m.N;
+    L.f("kiln::cg::splitk_sum_kernel<{}><<<{}, 256, 0, stream>>>({}, {}, {}, {}ll);", m.TO,
         std::min<int64_t>(cdiv(count, 256), 4096), part, x.ptr(op.outputs[0]), kp.splits, count);
     launch_check(L);
   }
@@ -151,20 +139,12 @@ KernelCost FmaKernel::cost(const CostContext& x) const {
 
 void FmaKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
-  const auto& M = m.M;
-  const auto& K = m.K;
-  const auto& N = m.N;
-  const auto& TA = m.TA;
-  const auto& TO = m.TO;
-  const auto& ob = m.ob;
-  const auto& as = m.as;
-  const auto& bs = m.bs;
-  const auto& b = m.b;
   Code& L = m.L;
   L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
       "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",
-      TA, ctype(b.dtype), TO, cdiv(N, 32), cdiv(M, 32), ob[0] * ob[1], x.ptr(op.inputs[0]),
-      x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), M, N, K, ob[1], as[0], as[1], bs[0], bs[1]);
+      m.TA, ctype(m.b.dtype), m.TO, cdiv(m.N, 32), cdiv(m.M, 32), m.ob[0] * m.ob[1],
+      x.ptr(op.inputs[0]), x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), m.M, m.N, m.K, m.ob[1],
+      m.as[0], m.as[1], m.bs[0], m.bs[1]);
   launch_check(L);
   L.close();
 }

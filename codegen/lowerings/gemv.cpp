@@ -134,10 +134,8 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   // front of a ~20 us GEMV).
   const int a_id = op.inputs[0];
   const int pr = g.producer(a_id);
-  // Not when the rms_norm has taken over its own producer (an elementwise prologue that it
-  // does not store): the GEMV would read that producer's output, which nothing writes.
   if (pr >= 0 && g.ops[pr].kind == OpKind::RmsNorm && g.ops[pr].inputs.size() == 1 &&
-      ctx.s.kernels[pr].prologue_op < 0 && !ctx.is_output.count(a_id) && ctx.consumers[a_id] == 1 &&
+      ctx.can_take_over(pr) && !ctx.is_output.count(a_id) && ctx.consumers[a_id] == 1 &&
       g.tensor(g.ops[pr].inputs[0]).dtype == s.a.dtype &&
       g.tensor(g.ops[pr].inputs[0]).shape == s.a.shape) {
     p.rms = true;
@@ -167,39 +165,34 @@ KernelCost GemvKernel::cost(const CostContext& x) const {
 
 void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
-  const auto& M = m.M;
-  const auto& K = m.K;
-  const auto& N = m.N;
-  const auto& TA = m.TA;
-  const auto& TO = m.TO;
   Code& L = m.L;
-  int mt = static_cast<int>(cdiv(M, 8));
+  int mt = static_cast<int>(cdiv(m.M, 8));
   // A prologue here is A = rms_norm(X) (GemvKernel::match took it over): read X, scale rows at the
   // end.
   const KernelOp* rms_op = rms ? &x.g.ops[kp.prologue_op] : nullptr;
   const int a_in = rms ? rms_op->inputs[0] : op.inputs[0];
   const std::string epi = rms ? fmt::format("kiln::rt::GemvRmsNorm{{{}, {}}}",
-                                            flit(1.0 / double(K)), flit(rms_op->attrs.eps))
+                                            flit(1.0 / double(m.K)), flit(rms_op->attrs.eps))
                               : std::string("kiln::rt::GemvIdentity()");
   // Template arguments and operands shared by both launchers; unroll and blocks per SM are
   // plan_schedule's gemv rule.
   const std::string targs =
-      fmt::format("{}, {}, {}, 1, {}, {}, {}, {}, {}", TA, TO, mt, warps_n, warps_k, unroll,
+      fmt::format("{}, {}, {}, 1, {}, {}, {}, {}, {}", m.TA, m.TO, mt, warps_n, warps_k, unroll,
                   min_blocks, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
-  const std::string operands =
-      fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), K, x.ptr(op.inputs[1]),
-                  x.ptr(op.inputs[1]), N, x.ptr(op.outputs[0]), N, M, N, K, kp.splits);
+  const std::string operands = fmt::format(
+      "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), m.K, x.ptr(op.inputs[1]),
+      x.ptr(op.inputs[1]), m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K, kp.splits);
   if (const std::optional<GemvTmaShape>& v = tma) {
     // The TMA-streamed GEMV.
     const std::string tma_targs =
-        fmt::format("{}, {}, {}, 1, {}, {}, {}, 1, {}", TA, TO, v->mt, v->bn, v->bk, v->stages,
+        fmt::format("{}, {}, {}, 1, {}, {}, {}, 1, {}", m.TA, m.TO, v->mt, v->bn, v->bk, v->stages,
                     rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
     L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
   } else if (cluster) {
     L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
   } else {
     if (kp.splits > 1) {
-      int64_t col_blocks = cdiv(N, 64 * warps_n);
+      int64_t col_blocks = cdiv(m.N, 64 * warps_n);
       L.f("float* gw = reinterpret_cast<float*>(ws + {});", kp.scratch_offset);
       L.f("int* counters = reinterpret_cast<int*>(ws + {});",
           kp.scratch_offset + kp.scratch_bytes - col_blocks * 4);

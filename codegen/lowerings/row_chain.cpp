@@ -18,10 +18,6 @@ constexpr int kChunk = 8;             // elements per chunk: 16 bytes of a 16-bi
 constexpr int kMaxChunks = 8;         // chunks per thread: 64 floats of each live row value
 constexpr double kReduceS = 0.15e-6;  // one block reduction: shuffles and two barriers
 
-int64_t count_of(const Shape& s) {
-  return numel(s);
-}
-
 // The kind an elementwise op's result has, from its operands' kinds.
 Kind combine(const std::vector<Kind>& in) {
   bool row = false, weight = false, scalar = false;
@@ -41,13 +37,13 @@ Kind combine(const std::vector<Kind>& in) {
 bool shape_fits(Kind k, const Shape& tile, int64_t R, int64_t N) {
   switch (k) {
     case Kind::Row:
-      return !tile.empty() && tile.back() == N && count_of(tile) == R * N;
+      return !tile.empty() && tile.back() == N && numel(tile) == R * N;
     case Kind::Weight:
-      return !tile.empty() && tile.back() == N && count_of(tile) == N;
+      return !tile.empty() && tile.back() == N && numel(tile) == N;
     case Kind::Scalar:
-      return count_of(tile) == R && (tile.empty() || tile.back() == 1 || R == 1);
+      return numel(tile) == R && (tile.empty() || tile.back() == 1 || R == 1);
     case Kind::Const:
-      return count_of(tile) == 1;
+      return numel(tile) == 1;
     case Kind::Out:
       return false;
   }
@@ -60,14 +56,12 @@ std::optional<Kind> input_kind(const BlockGraph& bg, const BlockOp& o, int gd, i
                                int64_t N) {
   const TensorDesc& td = bg.inputs[o.io];
   if (td.shape.empty() || td.shape.back() != N || td.shape.size() > 2) return std::nullopt;
-  if ((N * dtype_bytes(td.dtype)) % 16 != 0) return std::nullopt;
   const bool mapped = gd >= 0 && o.imap[gd] != -1;
   for (size_t d = 0; d < o.imap.size(); ++d)  // a grid dim of extent 1 maps nothing
     if (static_cast<int>(d) != gd && o.imap[d] != -1 && bg.grid[d] > 1) return std::nullopt;
-  if (count_of(td.shape) == N && count_of(o.shape) == N && !mapped)
+  if (numel(td.shape) == N && numel(o.shape) == N && !mapped)
     return R == 1 && bg.num_blocks() == 1 ? Kind::Row : Kind::Weight;
-  if (td.shape.size() != 2 || count_of(o.shape) != R * N || o.shape.back() != N)
-    return std::nullopt;
+  if (td.shape.size() != 2 || numel(o.shape) != R * N || o.shape.back() != N) return std::nullopt;
   if (bg.num_blocks() > 1 && (!mapped || o.imap[gd] != 0)) return std::nullopt;
   if (td.shape[0] != R * bg.num_blocks()) return std::nullopt;
   return Kind::Row;
@@ -102,8 +96,7 @@ std::optional<Kind> op_kind(const BlockGraph& bg, int i, const std::vector<Kind>
     case OpClass::Output: {
       const TensorDesc& td = bg.outputs[o.io];
       if (in[0] != Kind::Row || td.shape.size() > 2 || td.shape.back() != N) return std::nullopt;
-      if (count_of(td.shape) != R * N * bg.num_blocks()) return std::nullopt;
-      if ((N * dtype_bytes(td.dtype)) % 16 != 0) return std::nullopt;
+      if (numel(td.shape) != R * N * bg.num_blocks()) return std::nullopt;
       if (bg.num_blocks() > 1 && o.imap[gd] != static_cast<int>(td.shape.size()) - 2)
         return std::nullopt;
       return Kind::Out;
@@ -143,7 +136,7 @@ std::optional<RowChainKernel> RowChainKernel::match(const PlanContext& ctx, int 
   if (!saver || saver->shape.empty()) return std::nullopt;
   RowChainKernel p;
   p.n = saver->shape.back();
-  p.rows = count_of(saver->shape) / p.n;
+  p.rows = numel(saver->shape) / p.n;
   p.blocks = bg.num_blocks();
   if (p.n % kChunk != 0) return std::nullopt;
   for (size_t i = 0; i < bg.ops.size(); ++i) {
@@ -163,8 +156,8 @@ std::optional<RowChainKernel> RowChainKernel::match(const PlanContext& ctx, int 
   // 4096 (2048 blocks) 30.8 vs 27.3.
   const int64_t ch = p.n / kChunk;
   const int64_t per_thread = p.blocks >= ctx.t.sm_count ? 2 : 1;
-  p.threads = static_cast<int>(
-      std::clamp<int64_t>((cdiv(ch, per_thread) + 31) / 32 * 32, 32, 1024));
+  p.threads =
+      static_cast<int>(std::clamp<int64_t>((cdiv(ch, per_thread) + 31) / 32 * 32, 32, 1024));
   p.chunks = static_cast<int>(cdiv(ch, p.threads));
   if (p.chunks > kMaxChunks) return std::nullopt;
   kp.grid = p.blocks;
@@ -191,15 +184,15 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
   c.lowered = true;
   c.blocks = blocks;
   for (const TensorDesc& td : bg.inputs)
-    c.dram_read += double(count_of(td.shape)) * dtype_bytes(td.dtype);
+    c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
   for (const TensorDesc& td : bg.outputs)
-    c.dram_write += double(count_of(td.shape)) * dtype_bytes(td.dtype);
+    c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
   for (const BlockOp& o : bg.ops)
     if (o.thread)
       for (const ThreadOp& to : o.thread->ops)
-        c.cuda_flops += double(count_of(o.shape) * blocks) * op_weight(to.kind);
+        c.cuda_flops += double(numel(o.shape) * blocks) * op_weight(to.kind);
     else
-      c.cuda_flops += double(count_of(o.shape) * blocks) * std::max(1.0, op_weight(o.kind));
+      c.cuda_flops += double(numel(o.shape) * blocks) * std::max(1.0, op_weight(o.kind));
   c.round_trips = rows;
   c.waves = cdiv(blocks, x.t.sm_count);
   double dram_u = 0, comp_u = 0;
@@ -219,22 +212,8 @@ class RowChainWriter {
       : p_(p), bg_(bg), c_(c), ch_(p.n / kChunk) {}
 
   void fused_lambdas() {
-    for (const BlockOp& o : bg_.ops) {
-      if (o.kind != OpKind::Fused) continue;
-      const ThreadGraph& tg = *o.thread;
-      std::vector<std::string> ps;
-      for (int i = 0; i < tg.num_inputs; ++i) ps.push_back(fmt::format("float a{}", i));
-      c_.open(fmt::format("auto fz_{} = []({}) -> float {{", o.name, fmt::join(ps, ", ")));
-      for (size_t j = 0; j < tg.ops.size(); ++j) {
-        std::vector<std::string> xs;
-        for (int r : tg.ops[j].inputs)
-          xs.push_back(r < tg.num_inputs ? fmt::format("a{}", r)
-                                         : fmt::format("t{}", r - tg.num_inputs));
-        c_.f("const float t{} = {};", j, ew_expr(tg.ops[j].kind, tg.ops[j].attrs, xs));
-      }
-      c_.f("return t{};", tg.ops.size() - 1);
-      c_.close("};");
-    }
+    for (const BlockOp& o : bg_.ops)
+      if (o.kind == OpKind::Fused) fused_lambda(c_, o);
   }
 
   void op(int i) {

@@ -166,7 +166,6 @@ struct RowEmitter {
 
   // A thread per (outer, inner) column.
   void column_body() {
-    // A thread per (outer, inner) column.
     c.f("const int64_t col = (int64_t)blockIdx.x * {} + threadIdx.x;", threads);
     c.f("if (col >= {}) return;", rows);
     c.f("const int64_t ou = col / {}, in = col % {};", v.inner, v.inner);
@@ -234,7 +233,7 @@ std::optional<RmsRowsKernel> RmsRowsKernel::match(const PlanContext& ctx, int k,
   // shape, whose output nothing reads before this kernel.
   const int h = op.inputs[0];
   const int pr = g.producer(h);
-  if (pr < 0) return p;
+  if (pr < 0 || !ctx.can_take_over(pr)) return p;
   const ElementwiseKernel* e = ctx.s.kernels[pr].as<ElementwiseKernel>();
   if (!e || !e->vec) return p;
   for (int t : g.ops[pr].inputs)

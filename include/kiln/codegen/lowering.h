@@ -58,6 +58,9 @@ struct PlanContext {
 
   PlanContext(const KernelGraph& g, const Target& t, const PlanOptions& opt, const Schedule& s);
   bool is_const(int tensor) const;
+  // Whether a lowering may take over planned op `op` as its prologue: the op's kernel has not
+  // taken over a producer of its own (whose output it may not store) nor been taken over already.
+  bool can_take_over(int op) const;
   // Whether every graph output that op `op`'s outputs reach is f16 (f16 = true) or bf16 (bf16 =
   // true): where it is, float32 intermediates of the op may be rounded to that type.
   void output_precision(int op, bool& f16, bool& bf16) const;
