@@ -11,6 +11,21 @@
 // without max subtraction is f = exp, g_0 = exp, out = O / r_0, or the un-normalized partials
 // (O, r_0) of a key split that a second kernel combines.
 //
+// Online (Fn::kOnline): where f(s) = k exp(a s) and every g_j(s) = k_j exp(a s) with one a > 0,
+// and every output is homogeneous of degree 0 in (O, r_j) jointly (out = O / r_0 is; the
+// emitter's matcher proves both), the kernel keeps a running row max m of S and computes
+// f(s - m), g_j(s - m), rescaling O and the r_j by exp(a (m_old - m_new)) when m grows. Every
+// accumulator is then the exact one times exp(-a m) for the final m, which the outputs cancel, so
+// the results are the same real numbers, but P = f(s - m) <= k: P fits a 16-bit operand whatever
+// the range of S (the range rule of the spec format), where exp(s) alone overflows f16 at s > 11.
+//
+// Cluster key split (CL > 1, online only): the CL CTAs of a cluster (cluster dims (CL, 1, 1)) take
+// one 64-row tile's keys in CL equal parts; at the end each publishes its (m, r_j, O) in its own
+// shared memory, and after a cluster barrier every CTA combines a slice of O's columns from all
+// CL partials through distributed shared memory (weights exp(a (m_c - max_c m_c))) and stores
+// it; a second barrier keeps every CTA's shared memory alive until the others have read it. One
+// launch, no workspace: this is what fills the SMs when there are few query tiles (decode).
+//
 // Block: a producer warpgroup, then WG x KS consumer warpgroups: WG row groups of 64 rows
 // (consumer rows 64 rg .. 64 rg + 63), each split KS ways over the chunks (consumer ks takes
 // chunks j = ks mod KS; the row group's partial sums meet in shared memory at the end, since O and
@@ -36,6 +51,9 @@
 //
 // The functor Fn (all members const, device):
 //   static constexpr int kRows;                      // number of row feeds r_j (0 .. 4)
+//   static constexpr bool kOnline;                   // max-subtracted (above)
+//   static constexpr float kExpScale, kPCoef;        // a and k (online only)
+//   void online_feeds(float p, float (&r)[R]);       // online: r[j] += (k_j / k) p
 //   AttnCoords coords(int bx, int by, int bz);       // box origins of A and of chunk 0's K, V
 //   float elem(float s, float (&r)[R]);              // returns f(s); r[j] += g_j(s) (R = max(1,
 //   kRows)) void store2(int bx, int by, int bz, int m, int n, float o0, float o1, const float
@@ -65,12 +83,13 @@ struct AttnCoords {
 };
 
 template <typename T_, int WG, int D, int DV, int NC, int STAGES, bool K_NMAJOR, bool V_NMAJOR,
-          int MIN_BLOCKS = 1, int KS = 1>
+          int MIN_BLOCKS = 1, int KS = 1, int CL = 1>
 struct AttnCfg {
   using T = T_;
   static constexpr int kWG = WG, kBM = 64 * WG, kD = D, kDV = DV, kNC = NC, kStages = STAGES;
   static constexpr int kKS = KS;  // consumers per row group, splitting the chunks between them
   static constexpr int kConsumers = WG * KS;
+  static constexpr int kCL = CL;  // CTAs of a cluster splitting one tile's keys
   static constexpr bool kKNMajor = K_NMAJOR, kVNMajor = V_NMAJOR;
   static constexpr int kMinBlocks = MIN_BLOCKS;
   static constexpr int kThreads = 128 * (kConsumers + 1);  // the producer, then the consumers
@@ -96,8 +115,13 @@ struct AttnCfg {
   static_assert(STAGES >= 3, "stages");
   // With a key split, the other consumers' partials (O and up to 4 row feeds per thread) pass
   // through the ring once it is idle.
-  static_assert(KS == 1 || WG * (KS - 1) * 128 * (DV / 2 + 8) * 4 <= KS * STAGES * kStageBytes,
+  // Partials per consumer thread: O (DV / 2), up to 4 row feeds and the running max for 2 rows.
+  static constexpr int kVals = DV / 2 + 2 * 4 + 2;
+  static constexpr int kKsScratchBytes = WG * (KS - 1) * 128 * kVals * 4;
+  static_assert(kKsScratchBytes + (CL > 1 ? 128 * kVals * 4 : 0) <= KS * STAGES * kStageBytes,
                 "rings");
+  static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "cluster: 1, 2, 4 or 8 CTAs");
+  static_assert(CL == 1 || WG == 1, "a cluster key split has one row group per CTA");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
@@ -119,6 +143,19 @@ KILN_DEV void setmaxnreg_dec() {
 #endif
 }
 
+// exp(a (m - mx)): the factor that moves a partial kept relative to row max m onto the row max
+// mx >= m; 0 for a partial that has seen no keys (m = -inf).
+KILN_DEV float attn_rescale(float m, float mx, float a) {
+  return m == -KILN_INF ? 0.0f : __expf(a * (m - mx));
+}
+
+// 2^x by the hardware (MUFU.EX2; 2^-inf = 0). Its arguments here are <= 0 (s <= the row max).
+KILN_DEV float attn_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class C, class Fn>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
@@ -126,6 +163,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   using T = typename C::T;
   constexpr int S = C::kStages, BM = C::kBM, D = C::kD, DV = C::kDV, NC = C::kNC;
   constexpr int R = Fn::kRows > 0 ? Fn::kRows : 1;
+  static_assert(R <= 4, "at most 4 row feeds");
+  static_assert(C::kCL == 1 || Fn::kOnline, "a cluster key split combines online partials");
   extern __shared__ __align__(1024) char attn_smem_raw[];
   constexpr int KS = C::kKS;
   // One ring of S stages per key-split consumer (ring k holds the chunks j = k mod KS), so the
@@ -147,7 +186,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     fence_mbar_init();
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
-  const AttnCoords co = fn.coords(blockIdx.x, blockIdx.y, blockIdx.z);
+  // With a cluster key split, CTA c of a cluster (blockIdx.x = tile * CL + c) walks chunks
+  // c * nchunks .. (c + 1) * nchunks - 1 of its tile's keys.
+  constexpr int CL = C::kCL;
+  const int bx = blockIdx.x / CL;
+  const int crank = CL > 1 ? int(blockIdx.x % CL) : 0;
+  const int cbase = crank * nchunks;
+  const AttnCoords co = fn.coords(bx, blockIdx.y, blockIdx.z);
 
   if (warp < 4) {
     // Producer: lane 0 of warp k fills ring k (warp 0 also loads A).
@@ -164,8 +209,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         tma_load_2d(smem + p * BM * 128, &map_a, co.a_row, co.a_col + 64 * p, &a_full);
     }
     char* ring = rings + k * S * C::kStageBytes;
-    for (int i = 0, j = k; j < nchunks; ++i, j += KS) {
-      const int s = i % S;
+    for (int i = 0, jl = k; jl < nchunks; ++i, jl += KS) {
+      const int s = i % S, j = cbase + jl;
       if (i >= S) mbar_wait(&empty[k][s], ((i / S) - 1) & 1);
       char* sk = ring + s * C::kStageBytes;
       char* sv = sk + C::kKBytes;
@@ -205,6 +250,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // which would make ptxas serialize it.
   float o[DV / 2];
   float r[2][R];  // this thread's partial row feeds of rows 16w + g (h = 0) and + 8 (h = 1)
+  // Online: the running max of S over the keys seen, per row (the same in the 4 lanes of a quad).
+  float mrow[2] = {-KILN_INF, -KILN_INF};
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -231,16 +278,54 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     wgmma_fence_acc(cur);
     wgmma_fence_acc(o);
     if (i > 0 && w == 0 && lane == 0) mbar_arrive(&empty[ks][(i - 1) % S]);  // O(i - 1) is done
+    // Online: the new row max, and O and the row feeds rescaled to it (O(i - 1) is complete;
+    // chunk 0's O wgmma overwrites o, so there is nothing to rescale before it).
+    float sh0 = 0.0f, sh1 = 0.0f;
+    if constexpr (Fn::kOnline) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = mrow[h];
+#pragma unroll
+        for (int n8 = 0; n8 < NC / 8; ++n8)
+          mx = fmaxf(mx, fmaxf(cur[4 * n8 + 2 * h], cur[4 * n8 + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float corr = attn_rescale(mrow[h], mx, Fn::kExpScale);
+        mrow[h] = mx;
+#pragma unroll
+        for (int q = 0; q < R; ++q) r[h][q] *= corr;
+        // Every chunk (H100: skipping it where no row of the warp moved, by a vote, was slower).
+        if (i > 0)
+#pragma unroll
+          for (int n8 = 0; n8 < DV / 8; ++n8) {
+            o[4 * n8 + 2 * h] *= corr;
+            o[4 * n8 + 2 * h + 1] *= corr;
+          }
+      }
+      sh0 = mrow[0], sh1 = mrow[1];
+    }
+    // f(s - m) = k exp2(s a log2(e) - m a log2(e)): one FFMA and one MUFU.EX2 per element, and
+    // g_j(s - m) = (k_j / k) f(s - m) (Fn::online_feeds).
+    auto pe = [&](float v, float sh, float(&rh)[R]) {
+      if constexpr (Fn::kOnline) {
+        constexpr float kL2 = Fn::kExpScale * 1.4426950408889634f;
+        const float p = Fn::kPCoef * attn_ex2(fmaf(v, kL2, -sh * kL2));
+        fn.online_feeds(p, rh);
+        return p;
+      } else {
+        return fn.elem(v, rh);
+      }
+    };
     uint32_t pa[NC / 16][4];
 #pragma unroll
     for (int kk = 0; kk < NC / 16; ++kk)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int n8 = 2 * kk + e;  // n8 block n8 holds columns 8 n8 + 2t, 8 n8 + 2t + 1
-        const float p0 = fn.elem(cur[4 * n8 + 0], r[0]);
-        const float p1 = fn.elem(cur[4 * n8 + 1], r[0]);
-        const float p2 = fn.elem(cur[4 * n8 + 2], r[1]);
-        const float p3 = fn.elem(cur[4 * n8 + 3], r[1]);
+        const float p0 = pe(cur[4 * n8 + 0], sh0, r[0]);
+        const float p1 = pe(cur[4 * n8 + 1], sh0, r[0]);
+        const float p2 = pe(cur[4 * n8 + 2], sh1, r[1]);
+        const float p3 = pe(cur[4 * n8 + 3], sh1, r[1]);
         pa[kk][2 * e + 0] = pack2<T>(p0, p1);
         pa[kk][2 * e + 1] = pack2<T>(p2, p3);
       }
@@ -293,33 +378,49 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int q = 0; q < DV / 2; ++q) o[q] = 0.0f;  // no chunk for this consumer
   }
 
+  constexpr int kVals = C::kVals;
+  float* scratch = reinterpret_cast<float*>(rings);
+  const int tw = tid & 127;
   if constexpr (KS > 1) {
     // The row group's other consumers hand their partials to consumer ks = 0 through the ring,
     // idle once every consumer has waited for its last wgmma (the first barrier); summed in a
-    // fixed order, so results are deterministic.
-    constexpr int kVals = DV / 2 + 2 * R;
-    float* scratch = reinterpret_cast<float*>(rings);
-    const int tw = tid & 127;
+    // fixed order, so results are deterministic. Online partials carry their row max and are
+    // rescaled to the larger one.
     named_barrier(1, C::kConsumers * 128);
     if (ks > 0) {
       float* p = scratch + (rg * (KS - 1) + ks - 1) * kVals * 128 + tw;
 #pragma unroll
       for (int i = 0; i < DV / 2; ++i) p[i * 128] = o[i];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int q = 0; q < R; ++q) p[(DV / 2 + h * R + q) * 128] = r[h][q];
+        p[(DV / 2 + 2 * R + h) * 128] = mrow[h];
+      }
     }
     named_barrier(1, C::kConsumers * 128);
     if (ks > 0) return;
     for (int k = 1; k < KS; ++k) {
       const float* p = scratch + (rg * (KS - 1) + k - 1) * kVals * 128 + tw;
+      float c0[2] = {1.0f, 1.0f}, c1[2] = {1.0f, 1.0f};
+      if constexpr (Fn::kOnline)
 #pragma unroll
-      for (int i = 0; i < DV / 2; ++i) o[i] += p[i * 128];
+        for (int h = 0; h < 2; ++h) {
+          const float mk = p[(DV / 2 + 2 * R + h) * 128], mx = fmaxf(mrow[h], mk);
+          c0[h] = attn_rescale(mrow[h], mx, Fn::kExpScale);
+          c1[h] = attn_rescale(mk, mx, Fn::kExpScale);
+          mrow[h] = mx;
+        }
+#pragma unroll
+      for (int i = 0; i < DV / 2; ++i) {
+        const int h = (i >> 1) & 1;  // o[4 n8 + 2 h + e] is row h
+        o[i] = o[i] * c0[h] + p[i * 128] * c1[h];
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int q = 0; q < R; ++q) r[h][q] += p[(DV / 2 + h * R + q) * 128];
+        for (int q = 0; q < R; ++q)
+          r[h][q] = r[h][q] * c0[h] + p[(DV / 2 + h * R + q) * 128] * c1[h];
     }
   }
 
@@ -330,15 +431,77 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
     for (int q = 0; q < R; ++q) r[h][q] = warp_sum<4>(r[h][q]);
   const int m0 = 64 * rg + 16 * w + g;
+
+  if constexpr (CL > 1) {
+    // Cluster key split: publish this CTA's partials in its ring (idle: the consumer's wgmmas and
+    // copies are all done once its threads pass the barrier; with a key split in the CTA only
+    // consumer 0 is left, the others have exited), then every CTA combines the O columns of n8
+    // blocks [b0, b1) (and rank 0 the row outputs) from all CL partials.
+    named_barrier(2, 128);
+    float* mine = scratch + C::kKsScratchBytes / 4 + tw;
 #pragma unroll
-  for (int i = 0; i < DV / 8; ++i)
+    for (int i = 0; i < DV / 2; ++i) mine[i * 128] = o[i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) mine[(DV / 2 + h * R + q) * 128] = r[h][q];
+      mine[(DV / 2 + 2 * R + h) * 128] = mrow[h];
+    }
+    cluster_arrive();
+    cluster_wait();
+    const uint32_t mine_addr = smem_u32(mine);
+    auto remote = [&](int c, int v) { return dsmem_load(dsmem_map(mine_addr + v * 512, c)); };
+    float mx[2] = {-KILN_INF, -KILN_INF}, wt[CL][2];
+#pragma unroll
+    for (int c = 0; c < CL; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wt[c][h] = remote(c, DV / 2 + 2 * R + h);
+        mx[h] = fmaxf(mx[h], wt[c][h]);
+      }
+#pragma unroll
+    for (int c = 0; c < CL; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wt[c][h] = attn_rescale(wt[c][h], mx[h], Fn::kExpScale);
+    float rr[2][R];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      fn.store2(blockIdx.x, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, o[4 * i + 2 * h],
-                o[4 * i + 2 * h + 1], r[h]);
-  if (t == 0)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) fn.store_row(blockIdx.x, blockIdx.y, blockIdx.z, m0 + 8 * h, r[h]);
+      for (int q = 0; q < R; ++q) {
+        rr[h][q] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CL; ++c) rr[h][q] += wt[c][h] * remote(c, DV / 2 + h * R + q);
+      }
+    constexpr int kBlocksPer = (DV / 8 + CL - 1) / CL;
+    const int b0 = crank * kBlocksPer, b1 = min_i(DV / 8, b0 + kBlocksPer);
+    for (int i = b0; i < b1; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CL; ++c) {
+          v0 += wt[c][h] * remote(c, 4 * i + 2 * h);
+          v1 += wt[c][h] * remote(c, 4 * i + 2 * h + 1);
+        }
+        fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, v0, v1, rr[h]);
+      }
+    if (crank == 0 && t == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, rr[h]);
+    // No CTA leaves (and frees its shared memory) before every CTA has read it.
+    cluster_arrive();
+    cluster_wait();
+  } else {
+#pragma unroll
+    for (int i = 0; i < DV / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, o[4 * i + 2 * h],
+                  o[4 * i + 2 * h + 1], r[h]);
+    if (t == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, r[h]);
+  }
 }
 
 #ifndef __CUDACC_RTC__
@@ -347,10 +510,11 @@ struct AttnView {
   int64_t rows, cols, ld;
 };
 
-// Encodes the three tensor maps and launches attn_kernel<C, Fn> on `grid` blocks, each walking
-// nchunks chunks of C::kNC keys. sm_90a only (cudaErrorInvalidDeviceFunction on an older device);
-// a, k, v 16-byte aligned, ld * 2 bytes multiples of
-// 16. Returns the first error (an invalid map included).
+// Encodes the three tensor maps and launches attn_kernel<C, Fn> on `grid` tiles, each walking
+// nchunks chunks of C::kNC keys (as C::kCL CTAs of a cluster, nchunks / kCL chunks each: grid.x
+// times kCL CTAs; nchunks must divide). sm_90a only (cudaErrorInvalidDeviceFunction on an older
+// device); a, k, v 16-byte aligned, ld * 2 bytes multiples of 16. Returns the first error (an
+// invalid map included).
 template <class C, class Fn>
 inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typename C::T* k,
                                AttnView kv, const typename C::T* v, AttnView vv, dim3 grid,
@@ -367,8 +531,25 @@ inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typena
   constexpr auto kernel = attn_kernel<C, Fn>;
   e = raise_smem_limit_once<kernel>(C::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mk, mv, nchunks, fn);
-  return cudaGetLastError();
+  if constexpr (C::kCL == 1) {
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mk, mv, nchunks, fn);
+    return cudaGetLastError();
+  } else {
+    if (nchunks % C::kCL) return cudaErrorInvalidValue;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid.x * C::kCL, grid.y, grid.z);
+    cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = C::kCL;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, ma, mk, mv, nchunks / C::kCL, fn);
+  }
 }
 #endif  // __CUDACC_RTC__
 

@@ -260,6 +260,84 @@ KILN_DEV void cluster_sync_all() {
   __trap();
 #endif
 }
+// barrier.cluster / mapa / st.shared::cluster wrappers; traps when built for sm_80.
+// Arrive without ordering: only marks that this thread has started (step 1).
+KILN_DEV void cluster_arrive_relaxed() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// Arrive with release semantics: this thread's earlier memory operations (DSMEM stores
+// included) are ordered before the arrival, at cluster scope.
+KILN_DEV void cluster_arrive() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// Waits for every non-exited thread of the cluster to arrive; acquire semantics.
+KILN_DEV void cluster_wait() {
+#if KILN_RT_SM90
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// The shared::cluster address of the variable at shared::cta address `saddr` in CTA `rank` of
+// this cluster (every CTA of a kernel has the same shared-memory layout).
+KILN_DEV uint32_t dsmem_map(uint32_t saddr, int rank) {
+#if KILN_RT_SM90
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
+  return r;
+#else
+  __trap();
+  return 0;
+#endif
+}
+KILN_DEV void dsmem_store(uint32_t caddr, float4 v) {
+#if KILN_RT_SM90
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(caddr), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+KILN_DEV void dsmem_store(uint32_t caddr, float v) {
+#if KILN_RT_SM90
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(caddr), "f"(v) : "memory");
+#else
+  __trap();
+#endif
+}
+// Loads from (possibly another CTA's) shared memory at a shared::cluster address (dsmem_map).
+KILN_DEV float4 dsmem_load4(uint32_t caddr) {
+  float4 v;
+#if KILN_RT_SM90
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(caddr)
+               : "memory");
+#else
+  __trap();
+  v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+  return v;
+}
+KILN_DEV float dsmem_load(uint32_t caddr) {
+  float v;
+#if KILN_RT_SM90
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(caddr) : "memory");
+#else
+  __trap();
+  v = 0.0f;
+#endif
+  return v;
+}
 
 // Orders this thread's earlier ordinary shared-memory writes before later async-proxy accesses
 // (bulk copies reading shared memory, wgmma operands). Each writing thread issues it, then a

@@ -1,6 +1,7 @@
 // The float check that predicts the GPU (float_model.h).
 #include "kiln/search/float_model.h"
 
+#include "kiln/codegen/lowerings.h"
 #include "kiln/ir/target.h"
 
 namespace kiln::search {
@@ -10,10 +11,15 @@ std::vector<OperandRounding> schedule_narrowings(const KernelGraph& g, const Sch
   for (const KernelPlan& kp : s.kernels) {
     if (!kp.block || kp.op < 0 || g.ops.at(kp.op).kind != OpKind::GraphDefined) continue;
     const BlockSchedule& b = *kp.block;
+    // The attention lowering's online form holds P relative to its running row max.
+    const AttentionKernel* attn = kp.as<AttentionKernel>();
+    const int scaled_op = attn && attn->a.online ? attn->a.pv_op : -1;
     for (size_t i = 0; i < b.tiles.size(); ++i) {
       const MmaPlan& m = b.tiles[i].mma;
       if (!m.use || !m.lossy) continue;
-      for (int j = 0; j < 2; ++j) r.push_back({kp.op, static_cast<int>(i), j, m.dtype});
+      for (int j = 0; j < 2; ++j)
+        r.push_back(
+            {kp.op, static_cast<int>(i), j, m.dtype, static_cast<int>(i) == scaled_op && j == 0});
     }
   }
   return r;

@@ -2,6 +2,7 @@
 // include/kiln/codegen/lowerings/attention.h), then the plan, its cost and its emission.
 #include "kiln/codegen/lowerings/attention.h"
 
+#include <cmath>
 #include <map>
 
 #include "../cost_util.h"
@@ -55,7 +56,11 @@ class Matcher {
     role_.assign(bg_.ops.size(), Role::None);
 
     OperandTiles o;
-    return products(plan, o) && reductions(plan, o) && render(plan, o);
+    if (!products(plan, o) || !reductions(plan, o) || !render(plan, o)) return false;
+    plan.pv_op = mm2_;
+    nt_ = o.nt;
+    online(plan);
+    return true;
   }
 
  private:
@@ -365,6 +370,154 @@ class Matcher {
     return ok;
   }
 
+  // ---- The online form's two conditions (attention.h) ----
+
+  // A region value as a function of s: the constant b, a s + b (Affine) or b exp(a s) (Exp).
+  struct Form {
+    enum Kind { Unknown, Const, Affine, Exp } kind = Unknown;
+    double a = 0, b = 0;
+  };
+
+  static Form apply_form(OpKind k, const std::vector<Form>& x) {
+    using F = Form;
+    auto known = [](double v) { return std::isfinite(v); };
+    auto make = [&](F::Kind kind, double a, double b) {
+      return known(a) && known(b) ? F{kind, a, b} : F{};
+    };
+    auto scale = [&](const F& f, double c) {  // f * c
+      return f.kind == F::Unknown ? F{} : make(f.kind, f.kind == F::Exp ? f.a : f.a * c, f.b * c);
+    };
+    for (const F& f : x)
+      if (f.kind == F::Unknown) return F{};
+    switch (k) {
+      case OpKind::Neg:
+        return scale(x[0], -1.0);
+      case OpKind::Exp:
+        if (x[0].kind == F::Const) return make(F::Const, 0, std::exp(x[0].b));
+        if (x[0].kind == F::Affine) return make(F::Exp, x[0].a, std::exp(x[0].b));
+        return F{};
+      case OpKind::Add:
+      case OpKind::Sub: {
+        const double sg = k == OpKind::Sub ? -1.0 : 1.0;
+        if (x[0].kind == F::Exp || x[1].kind == F::Exp) return F{};
+        const F::Kind kind = x[0].kind == F::Const && x[1].kind == F::Const ? F::Const : F::Affine;
+        return make(kind, x[0].a + sg * x[1].a, x[0].b + sg * x[1].b);
+      }
+      case OpKind::Mul:
+        if (x[1].kind == F::Const) return scale(x[0], x[1].b);
+        if (x[0].kind == F::Const) return scale(x[1], x[0].b);
+        if (x[0].kind == F::Exp && x[1].kind == F::Exp)
+          return make(F::Exp, x[0].a + x[1].a, x[0].b * x[1].b);
+        return F{};
+      case OpKind::Div:
+        if (x[1].kind == F::Const) return x[1].b != 0 ? scale(x[0], 1.0 / x[1].b) : F{};
+        if (x[1].kind == F::Exp && x[1].b != 0) {
+          if (x[0].kind == F::Exp) return make(F::Exp, x[0].a - x[1].a, x[0].b / x[1].b);
+          if (x[0].kind == F::Const) return make(F::Exp, -x[1].a, x[0].b / x[1].b);
+        }
+        return F{};
+      default:
+        return F{};
+    }
+  }
+
+  // Applies op `op` (elementwise or fused) to its inputs' abstract values; constants give `leaf`.
+  template <class V, class Apply, class Const>
+  static V apply_block_op(const BlockOp& op, const std::vector<V>& ins, Apply apply, Const leaf) {
+    if (op.kind != OpKind::Fused) return apply(op.kind, ins);
+    std::vector<V> vals = ins;
+    for (const ThreadOp& to : op.thread->ops) {
+      if (to.kind == OpKind::Constant) {
+        vals.push_back(leaf(to.attrs.value));
+        continue;
+      }
+      std::vector<V> args;
+      for (int r : to.inputs) args.push_back(vals[r]);
+      vals.push_back(apply(to.kind, args));
+    }
+    return vals.back();
+  }
+
+  Form form(int id, std::map<int, Form>& memo) const {
+    if (auto it = memo.find(id); it != memo.end()) return it->second;
+    const BlockOp& op = bg_.ops[id];
+    Form f;
+    if (id == mm1_) {
+      f = {Form::Affine, 1.0, 0.0};
+    } else if (op.kind == OpKind::Constant) {
+      f = {Form::Const, 0.0, op.attrs.value};
+    } else if (role_[id] == Role::Region) {
+      std::vector<Form> ins;
+      for (int in : op.inputs) ins.push_back(form(in, memo));
+      f = apply_block_op<Form>(op, ins, apply_form, [](double v) {
+        return Form{Form::Const, 0.0, v};
+      });
+    }
+    memo[id] = f;
+    return f;
+  }
+
+  // The degree of an epilogue value in (O, R_j) jointly, for a common positive factor: v(l O,
+  // l R) = l^d v(O, R) for every l > 0; nullopt where there is none.
+  using Degree = std::optional<int>;
+  static Degree apply_degree(OpKind k, const std::vector<Degree>& x) {
+    for (const Degree& d : x)
+      if (!d) return std::nullopt;
+    switch (k) {
+      case OpKind::Neg:
+      case OpKind::Relu:  // positively homogeneous
+        return x[0];
+      case OpKind::Square:
+        return 2 * *x[0];
+      case OpKind::Reciprocal:
+        return -*x[0];
+      case OpKind::Mul:
+        return *x[0] + *x[1];
+      case OpKind::Div:
+        return *x[0] - *x[1];
+      case OpKind::Add:
+      case OpKind::Sub:
+      case OpKind::Maximum:
+      case OpKind::Minimum:
+        return *x[0] == *x[1] ? x[0] : std::nullopt;
+      default:  // any other function of scale-free values is scale-free
+        for (const Degree& d : x)
+          if (*d != 0) return std::nullopt;
+        return 0;
+    }
+  }
+
+  Degree degree(int id) const {
+    const BlockOp& op = bg_.ops[id];
+    if (op.kind == OpKind::Constant) return 0;
+    if (has_loop_ ? op.kind == OpKind::AccumSum : (id == mm2_ || row_of_.count(id))) return 1;
+    const OpClass c = op_info(op.kind).cls;
+    if (c != OpClass::Unary && c != OpClass::Binary && c != OpClass::Fused) return std::nullopt;
+    std::vector<Degree> ins;
+    for (int in : op.inputs) ins.push_back(degree(in));
+    return apply_block_op<Degree>(op, ins, apply_degree, [](double) { return Degree(0); });
+  }
+
+  // Sets plan.online where f and the feeds are k exp(a s) with one a > 0 and every saved value
+  // has degree 0.
+  void online(AttentionPlan& plan) const {
+    std::map<int, Form> memo;
+    const Form p = form(bg_.ops[mm2_].inputs[0], memo);
+    if (p.kind != Form::Exp || !(p.a > 0) || p.b == 0) return;
+    std::vector<double> feeds(plan.rows, 0.0);
+    for (auto [red, j] : row_of_) {
+      const Form g = form(bg_.ops[red].inputs[0], memo);
+      if (g.kind != Form::Exp || g.a != p.a) return;
+      feeds[j] = g.b * (bg_.ops[red].kind == OpKind::Mean ? 1.0 / double(nt_) : 1.0);
+    }
+    for (const BlockOp& op : bg_.ops)
+      if (op.kind == OpKind::Output && degree(op.inputs[0]) != Degree(0)) return;
+    plan.online = true;
+    plan.exp_scale = p.a;
+    plan.p_coef = p.b;
+    plan.feed_coef = std::move(feeds);
+  }
+
   // Epilogue values are [.., Mt, DV] or [.., Mt, 1] tiles (or scalars).
   bool epilogue_shape(const Shape& s) const {
     if (scalar_tile(s)) return true;
@@ -382,6 +535,7 @@ class Matcher {
   const Target& t_;
   bool lossy_f16_, lossy_bf16_;
   bool has_loop_ = false;
+  int64_t nt_ = 0;  // keys per tile (a mean's divisor)
   bool elem_ = true;
   bool uses_o_ = false;
   int mm1_ = -1, mm2_ = -1;
@@ -421,10 +575,19 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   const AttentionPlan& a = p.a;
   int64_t blocks = 1;
   for (int64_t e : a.grid) blocks *= e;
-  kp.grid = blocks * (a.mt / 64);
+  const int64_t tiles = blocks * (a.mt / 64);
   const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
   p.chunk = 64;
-  p.key_split = kp.grid < t.sm_count && a.keys >= 2 * 64 ? 2 : 1;
+  const int64_t chunks = a.keys / p.chunk;
+  // Few row tiles (decode): an online chain splits each tile's keys over the CTAs of a cluster
+  // (up to 8, the portable size) while the CTAs still fit one per SM, each keeping at least 4
+  // chunks (the ring's pipeline has something to overlap).
+  p.cluster = 1;
+  while (a.online && p.cluster < 8 && tiles * p.cluster * 2 <= t.sm_count &&
+         chunks % (p.cluster * 2) == 0 && chunks / (p.cluster * 2) >= 4)
+    p.cluster *= 2;
+  kp.grid = tiles * p.cluster;
+  p.key_split = kp.grid < t.sm_count && chunks / p.cluster >= 2 ? 2 : 1;
   auto smem = [&](int stages) { return q_bytes + p.key_split * stages * stage + 1024; };
   p.stages = 4;
   while (p.stages > 3 && smem(p.stages) > t.smem_per_block) --p.stages;
@@ -438,9 +601,11 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
 
 std::string AttentionKernel::describe() const {
   return fmt::format(
-      "wgmma attention ({} rows x {} keys per block as {} CTA(s) of 64 rows, D {}, DV {}, {}-key "
-      "chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
-      a.mt, a.keys, a.mt / 64, a.d, a.dv, chunk, stages, key_split, min_blocks);
+      "wgmma attention{} ({} rows x {} keys per block as {} tile(s) of 64 rows{}, D {}, DV {}, "
+      "{}-key chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
+      a.online ? ", online softmax" : "", a.mt, a.keys, a.mt / 64,
+      cluster > 1 ? fmt::format(" x a cluster of {} CTAs over the keys", cluster) : "", a.d, a.dv,
+      chunk, stages, key_split, min_blocks);
 }
 
 // The runtime attention kernel: blocks x mt / 64 CTAs of 64 rows, each walking its keys in chunks;
@@ -461,7 +626,6 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   c.blocks_per_sm = min_blocks;
   const int64_t slots = int64_t(t.sm_count) * min_blocks;
   c.waves = (c.blocks + slots - 1) / slots;
-  c.iterations = a.keys / chunk;
   c.pipeline_stages = stages;
   c.round_trips = 1;
   const BlockGraph& bg = *op.block;
@@ -471,8 +635,9 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   }
   for (const TensorDesc& td : bg.outputs)
     c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
-  const double cta_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv);
+  const double cta_flops = 2.0 * 64 * double(a.keys / cluster) * double(a.d + a.dv);
   c.tc_flops = cta_flops * double(c.blocks);
+  c.iterations = a.keys / cluster / chunk;
   // Consumer warpgroups per SM (CTAs per SM x consumers per CTA) share its tensor cores; a CTA
   // whose consumers split its keys finishes in 1 / key_split of its work's time.
   const int64_t ctas = std::min<int64_t>(min_blocks, (c.blocks + t.sm_count - 1) / t.sm_count);
@@ -484,6 +649,9 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   c.t_tc = double(c.waves) * t_cta;
   c.t_fill = k.dram_latency_s * double(c.waves);
   c.bound = c.t_tc >= c.t_dram ? "tensor" : "dram";
+  // A cluster's combine: two cluster barriers and the partials read through distributed shared
+  // memory, about a DRAM latency.
+  if (cluster > 1) c.t_fixed += k.dram_latency_s;
   c.time = c.t_launch + c.t_fixed + std::max(c.t_tc, c.t_dram) + c.t_fill;
   return c;
 }
@@ -514,6 +682,21 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   K.f("// {}: {}", kp.kernel, kp.strategy());
   K.open(fmt::format("struct {} {{", fn));
   K.f("static constexpr int kRows = {};", a.rows);
+  K.f("static constexpr bool kOnline = {};", a.online ? "true" : "false");
+  K.f("static constexpr float kExpScale = {};", flit(a.online ? a.exp_scale : 1.0));
+  K.f("static constexpr float kPCoef = {};", flit(a.online ? a.p_coef : 1.0));
+  K.open(fmt::format(
+      "__device__ __forceinline__ void online_feeds(float p, float (&r)[{}]) const {{", R));
+  K.line("(void)p; (void)r;");
+  if (a.online)
+    for (int j = 0; j < a.rows; ++j) {
+      const double ratio = a.feed_coef[j] / a.p_coef;
+      if (ratio == 1.0)
+        K.f("r[{}] += p;", j);
+      else
+        K.f("r[{}] += p * {};", j, flit(ratio));
+    }
+  K.close();
   for (size_t i = 0; i < a.stores.size(); ++i) K.f("{}* out{};", ctype(a.stores[i].dtype), i);
   // CTA (bx, by, bz) is sub-tile bx % sub of graph block (bx / sub, by, bz).
   auto block_index = [&]() {
@@ -544,6 +727,7 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   K.line("(void)r; (void)n; (void)o0; (void)o1;");
   block_index();
   K.line("const int64_t row = m + sub * 64;");
+  K.line("(void)row;");
   for (size_t i = 0; i < a.stores.size(); ++i) {
     const AttentionStore& st = a.stores[i];
     if (st.row) continue;
@@ -569,6 +753,7 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   K.line("(void)r;");
   block_index();
   K.line("const int64_t row = m + sub * 64;");
+  K.line("(void)row;");
   for (size_t i = 0; i < a.stores.size(); ++i) {
     const AttentionStore& st = a.stores[i];
     if (!st.row) continue;
@@ -591,9 +776,9 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   };
   Code& L = x.launch;
   L.open("{");
-  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
       a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false", min_blocks,
-      key_split);
+      key_split, cluster);
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
       x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),

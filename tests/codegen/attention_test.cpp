@@ -25,6 +25,11 @@ enum class Variant {
   MaxRows,     // a row max into accum_max
   Mask,        // P = exp(S) * mask, a second input in the elementwise map
   F32Out,      // the epilogue saves f32: rounding P to f16 is not allowed
+  Scaled,      // P = exp(S * 0.125) and the row sum of exp(S / 8): online, a = 0.125
+  NegScaled,   // P = exp(S * -0.5): the max would be a min; not online
+  MixedScale,  // P = exp(S * 0.125), the row sum of exp(S * 0.25): no common factor; not online
+  PlusOne,     // O / L + 1: degree 0, online
+  PlusL,       // O / L + L: not homogeneous; not online
 };
 
 BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
@@ -46,7 +51,21 @@ BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
   if (km) k = b.op(OpKind::Transpose, {k});
   int vv = b.input(2, {0, -1, 1}, loop ? std::vector<int>{1} : none);
   int s = b.op(OpKind::MatMul, {q, k});
-  int p = b.op(OpKind::Exp, {s});
+  auto constant = [&](double c) {
+    Attrs a;
+    a.value = c;
+    return b.op(OpKind::Constant, {}, a);
+  };
+  const double scale = v == Variant::Scaled || v == Variant::MixedScale ? 0.125
+                       : v == Variant::NegScaled                        ? -0.5
+                                                                        : 1.0;
+  int p = scale == 1.0 ? b.op(OpKind::Exp, {s})
+                       : b.op(OpKind::Exp, {b.op(OpKind::Mul, {s, constant(scale)})});
+  // The row feed's own exponential, where it differs from P's.
+  int feed = v == Variant::Scaled ? b.op(OpKind::Exp, {b.op(OpKind::Div, {s, constant(8)})})
+             : v == Variant::MixedScale
+                 ? b.op(OpKind::Exp, {b.op(OpKind::Mul, {s, constant(0.25)})})
+                 : -1;
   if (v == Variant::Mask) {
     int mask = b.input(3, {0, 1, 2}, loop ? std::vector<int>{2} : none);
     p = b.op(OpKind::Mul, {p, mask});
@@ -56,7 +75,7 @@ BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
   int l = b.op(v == Variant::Mean      ? OpKind::Mean
                : v == Variant::MaxRows ? OpKind::Max
                                        : OpKind::Sum,
-               {p}, rows);
+               {feed >= 0 ? feed : p}, rows);
   int pv = b.op(OpKind::MatMul, {p, vv});
   if (v == Variant::SavesP) b.output(p, {0, 1, 2}, {2}, DType::F16, "P");
   int acc_l = loop ? b.op(v == Variant::MaxRows ? OpKind::AccumMax : OpKind::AccumSum, {l}) : l;
@@ -66,6 +85,8 @@ BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
     b.output(acc_l, {1, 2, 0}, none, DType::F32, "LP", 4);
   } else {
     int o = b.op(OpKind::Div, {acc_o, acc_l});
+    if (v == Variant::PlusOne) o = b.op(OpKind::Add, {o, constant(1)});
+    if (v == Variant::PlusL) o = b.op(OpKind::Add, {o, acc_l});
     b.output(o, {0, 1, -1}, none, v == Variant::F32Out ? DType::F32 : DType::F16, "O");
   }
   return std::move(b).finish(target_for(Arch::Sm90a));
@@ -168,6 +189,36 @@ TEST(Attention, RejectsEverythingElse) {
   EXPECT_TRUE(match_attention(build(Variant::Normalized, 128, 64, 32), t, true, true));
 }
 
+// The online (max-subtracted) form is chosen exactly where the matcher can prove it exact: P and
+// every row feed k exp(a s) with one a > 0, every saved value of degree 0 in (O, L).
+TEST(Attention, OnlineFormWhereItIsExact) {
+  const Target& t = target_for(Arch::Sm90a);
+  struct Case {
+    Variant v;
+    bool online;
+    double a;
+  };
+  for (Case c :
+       {Case{Variant::Normalized, true, 1.0}, Case{Variant::KMajor, true, 1.0},
+        Case{Variant::Mean, true, 1.0}, Case{Variant::NoLoop, false, 0},
+        Case{Variant::Scaled, true, 0.125}, Case{Variant::PlusOne, true, 1.0},  // NoLoop: partials
+        Case{Variant::Partials, false, 0}, Case{Variant::NegScaled, false, 0},
+        Case{Variant::MixedScale, false, 0}, Case{Variant::PlusL, false, 0}}) {
+    const int64_t mt = c.v == Variant::NoLoop ? 64 : 128;
+    auto p = match_attention(build(c.v, mt), t, true, true);
+    ASSERT_TRUE(p) << static_cast<int>(c.v);
+    EXPECT_EQ(p->online, c.online) << static_cast<int>(c.v);
+    if (c.online) {
+      EXPECT_EQ(p->exp_scale, c.a) << static_cast<int>(c.v);
+      EXPECT_EQ(p->p_coef, 1.0);
+      // A mean's feed is scaled by 1 / (keys per tile).
+      EXPECT_EQ(p->feed_coef, std::vector<double>{c.v == Variant::Mean ? 1.0 / 64 : 1.0});
+    }
+    EXPECT_GE(p->pv_op, 0);
+    EXPECT_EQ(build(c.v, mt).ops[p->pv_op].kind, OpKind::MatMul);
+  }
+}
+
 KernelGraph graph_of(Variant v) {
   KernelGraphBuilder kb("attn", "", Arch::Sm90a);
   int q = kb.input("Q", {H, M, D}, DType::F16);
@@ -183,10 +234,23 @@ KernelGraph graph_of(Variant v) {
 TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
   KernelGraph g = graph_of(Variant::Normalized);
   Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
-  ASSERT_TRUE(s.kernels[0].as<AttentionKernel>());
-  EXPECT_EQ(s.kernels[0].grid, H * (M / 128) * 2);  // two 64-row CTAs per block
+  const AttentionKernel* ak = s.kernels[0].as<AttentionKernel>();
+  ASSERT_TRUE(ak);
+  // Two 64-row tiles per block, 16 tiles: each tile's 16 key chunks split over a cluster of 4
+  // CTAs (8 would leave 2 chunks per CTA) -> 64 CTAs, each with two consumers splitting again.
+  EXPECT_EQ(ak->cluster, 4);
+  EXPECT_EQ(ak->key_split, 2);
+  EXPECT_EQ(s.kernels[0].grid, H * (M / 128) * 2 * 4);
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("kiln::rt::attn_launch<Cfg>"), std::string::npos);
+  EXPECT_NE(cu.find("static constexpr bool kOnline = true;"), std::string::npos);
+  EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);  // min blocks, splits, cluster
+  // O / L + L is not scale-free: no online form, so no cluster split.
+  const AttentionKernel* pk = plan_schedule(graph_of(Variant::PlusL), target_for(Arch::Sm90a))
+                                  .kernels[0]
+                                  .as<AttentionKernel>();
+  ASSERT_TRUE(pk);
+  EXPECT_EQ(pk->cluster, 1);
   EXPECT_NE(cu.find("AttnCfg<__half, 1, 64, 64, 64,"), std::string::npos);
   // Without lowerings (the simulator), on sm_80, and with an f32 output: the generic kernel.
   EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm90a), PlanOptions{false})

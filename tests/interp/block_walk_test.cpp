@@ -73,6 +73,36 @@ TEST(BlockWalk, OnlineSoftmaxWithRescaleEqualsSoftmax) {
   EXPECT_LE(relative_l2_error(got[0], want[0]), 1e-12);
 }
 
+// A matmul operand rounded to f16 (what a 16-bit tensor-core mma does to a float32 tile): plain,
+// values beyond f16's range overflow; row_scaled (the attention lowering's online P, held relative
+// to its row max) loses only relative precision.
+TEST(BlockWalk, RowScaledOperandRoundingKeepsRangeAndRelativePrecision) {
+  std::vector<TensorDesc> ins = {{"X", {4, 64}, DType::F32}, {"W", {64, 16}, DType::F16}};
+  KernelGraphBuilder kb("mm");
+  auto ids = testing::add_inputs(kb, ins);
+  BlockGraphBuilder b({1}, 128, {}, ins);
+  int x = b.input(0, {-1}, {}, "x");
+  int w = b.input(1, {-1}, {}, "w");
+  int mm = b.op(OpKind::MatMul, {x, w}, {}, "y");
+  b.output(mm, {-1}, {}, DType::F32, "Y");
+  KernelGraph g = [&] {
+    kb.output(kb.graph_defined(testing::share(std::move(b)), ids, "k")[0]);
+    return std::move(kb).finish();
+  }();
+  auto in = random_inputs(g, 5);
+  for (size_t i = 0; i < in[0].data.size(); ++i) in[0].data[i] *= 1e6 * (1 + double(i / 64));
+  const std::vector<HostTensor> want = evaluate(g, in);
+  for (bool scaled : {false, true}) {
+    EvalOptions o{Precision::F32, 0};
+    o.operand_rounding = {{0, mm, 0, DType::F16, scaled}};
+    const HostTensor got = evaluate(g, in, o)[0];
+    bool finite = true;
+    for (double v : got.data) finite = finite && std::isfinite(v);
+    EXPECT_EQ(finite, scaled);
+    if (scaled) EXPECT_LE(relative_l2_error(got, want[0]), 2e-3);
+  }
+}
+
 TEST(BlockWalk, FlashAttentionWithRescaledAccumulators) {
   expect_equivalent(testing::flash_attention(2, 16, 8, 64, 4));
   expect_equivalent(testing::flash_attention(1, 8, 16, 96, 6, DType::BF16));

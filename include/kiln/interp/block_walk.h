@@ -21,8 +21,11 @@
 // (the builder guarantees it), so they run in parallel with oneTBB.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -126,12 +129,14 @@ class BlockWalker {
   // Operand `operand` of matmul block op `op` is passed through D::round_store(v, dtype) where
   // the matmul reads it (OperandRounding in interp.h: what a 16-bit tensor-core mma does to a
   // float32 tile).
-  void round_operand(int op, int operand, DType dtype) {
+  // With row_scaled, each row (last dim) of the operand is rounded relative to its largest
+  // magnitude (OperandRounding::row_scaled; float domains only, elsewhere plain round_store).
+  void round_operand(int op, int operand, DType dtype, bool row_scaled = false) {
     KILN_ASSERT(op >= 0 && op < static_cast<int>(bg_.ops.size()) &&
                     op_info(bg_.ops[op].kind).cls == OpClass::Matmul && operand >= 0 && operand < 2,
                 "round_operand: block op {} operand {}", op, operand);
     if (round_.empty()) round_.resize(bg_.ops.size());
-    round_[op][operand] = static_cast<int>(dtype) + 1;
+    round_[op][operand] = (static_cast<int>(dtype) + 1) | (row_scaled ? kRowScaled : 0);
   }
 
   // Runs the blocks flagged in block_mask (all if empty; one flag per block, numbered row-major
@@ -199,7 +204,21 @@ class BlockWalker {
           // A rounded copy of the operand (the tile itself may have other readers).
           T& r = st.rounded[j];
           r = *st.args[j];
-          const DType dt = static_cast<DType>(round_[i][j] - 1);
+          const DType dt = static_cast<DType>((round_[i][j] & ~kRowScaled) - 1);
+          if constexpr (std::is_floating_point_v<V>) {
+            if (round_[i][j] & kRowScaled) {
+              const int64_t cols = r.shape.empty() ? 1 : r.shape.back();
+              for (size_t a = 0; a < r.data.size(); a += static_cast<size_t>(cols)) {
+                V c = 0;
+                for (int64_t b = 0; b < cols; ++b) c = std::max<V>(c, std::abs(r.data[a + b]));
+                if (!(c > 0) || !std::isfinite(c)) c = 1;
+                for (int64_t b = 0; b < cols; ++b)
+                  r.data[a + b] = d_.round_store(r.data[a + b] / c, dt) * c;
+              }
+              st.args[j] = &r;
+              continue;
+            }
+          }
           for (V& v : r.data) v = d_.round_store(v, dt);
           st.args[j] = &r;
         }
@@ -300,7 +319,8 @@ class BlockWalker {
   const D& d_;
   const BlockGraph& bg_;
   std::vector<TileGeometry> geo_;
-  std::vector<std::array<int, 2>> round_;  // per op, per operand: 0, or DType + 1
+  static constexpr int kRowScaled = 0x100;
+  std::vector<std::array<int, 2>> round_;  // per op, per operand: 0, or DType + 1 | kRowScaled
   // Op indices by role, each in graph order.
   std::vector<int> invariant_, loop_, post_, accums_, loop_savers_, final_savers_;
 };

@@ -91,7 +91,7 @@ std::vector<Tensor<typename D::V>> evaluate_graph(const D& d, const KernelGraph&
         BlockWalker<D> walker(d, *op.block);
         for (const OperandRounding& r : rounding)
           if (r.kernel_op == static_cast<int>(oi))
-            walker.round_operand(r.block_op, r.operand, r.dtype);
+            walker.round_operand(r.block_op, r.operand, r.dtype, r.row_scaled);
         walker.run(std::span<const T* const>(args), std::span<T* const>(outs),
                    plan ? plan->blocks[oi] : all, true);
       } else {

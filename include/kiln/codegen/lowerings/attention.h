@@ -14,6 +14,16 @@
 // are the same); within a block it walks the keys in chunks of its own size and splits the Mt
 // rows over CTAs of 64, which changes only the float summation order.
 //
+// Online (max-subtracted) form: where f(s) = k exp(a s) with a > 0, every g_j(s) = k_j exp(a s)
+// with the same a, and every saved value is homogeneous of degree 0 in (O, R_j) jointly
+// (unchanged when all of them are multiplied by one positive factor: O / R_0 is), the kernel
+// computes f(s - m) and g_j(s - m) with m the running row max of S and rescales O and the R_j when
+// m grows (runtime/attention.cuh). Each accumulator is then the one the block graph defines times
+// exp(-a m), which the saved values cancel: the same real numbers, with P <= k instead of an
+// exponential of unbounded range. The matcher proves both conditions on the graph (Form and
+// degree below), so the rewrite is exact, not assumed. Only the online form may split one block's
+// keys over the CTAs of a cluster (its partials combine by the same rescaling).
+//
 // P is rounded to the operand type for the second product, so the plan exists only where that
 // rounding is allowed (lossy_f16 / lossy_bf16 for f16 / bf16 operands: every graph output
 // downstream of the kernel is 16-bit, resp. bf16; the generic planner's rule for tensor cores on
@@ -65,6 +75,11 @@ struct AttentionPlan {
   std::string p;                             // f(s), the second product's A operand
   std::vector<std::string> feeds;            // g_j(s), already scaled for a mean
   std::vector<AttentionStore> stores;
+  bool online = false;            // the max-subtracted form (above)
+  double exp_scale = 0;           // its a
+  double p_coef = 0;              // k of f(s) = k exp(a s)
+  std::vector<double> feed_coef;  // k_j of g_j(s) = k_j exp(a s)
+  int pv_op = -1;                 // the block op of the second product (its A operand is P)
 };
 
 // The plan when bg is such a chain and the target can run it (sm_90a; Q, K, V of one 16-bit type;
@@ -74,10 +89,12 @@ std::optional<AttentionPlan> match_attention(const BlockGraph& bg, const Target&
                                              bool lossy_bf16);
 
 // The lowering: the runtime's TMA + wgmma attention kernel, each block of the graph as mt / 64
-// CTAs of key_split consumer warpgroups that split its keys, keys in chunks of `chunk`.
+// row tiles, each tile as `cluster` CTAs of a thread-block cluster that split its keys (online
+// form only), each CTA of key_split consumer warpgroups that split its keys again, keys in chunks
+// of `chunk`.
 struct AttentionKernel {
   AttentionPlan a;
-  int chunk = 64, stages = 4, min_blocks = 2, key_split = 1;
+  int chunk = 64, stages = 4, min_blocks = 2, key_split = 1, cluster = 1;
   KILN_LOWERING(AttentionKernel);
 };
 
