@@ -543,6 +543,16 @@ std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
   return out;
 }
 
+PNode unary_node(OpKind kind, int in, Shape shape, DType dt, std::string name) {
+  PNode n;
+  n.kind = kind;
+  n.inputs = {in};
+  n.shape = std::move(shape);
+  n.dtype = dt;
+  n.name = std::move(name);
+  return n;
+}
+
 // Splits every reduction over `label` into `parts` partials plus a combine.
 PGraph split(const PGraph& g, int label, int64_t parts) {
   PGraph s;
@@ -592,18 +602,70 @@ namespace {
 std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions& opt);
 }  // namespace
 
+// generator.h. The shift-free form is what the attention lowering's online softmax takes (its
+// running max is the same shift, applied where it is safe), so this rewrite is how a spec written
+// with `softmax` or a max reaches it. exp(x) alone is of unbounded range, so its new
+// intermediates are float32, and the float check still guards every candidate. The verifier
+// proves the cancellation (exp is a homomorphism and the max a selection in its field model,
+// docs/verifier.md).
+std::vector<PGraph> shift_cancellations(const PGraph& g) {
+  std::vector<PGraph> out;
+  const std::vector<int> readers = reader_counts(g);
+  for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
+    const PNode& A = g.nodes[ai];
+    if (A.kind != OpKind::Div || A.split > 0) continue;
+    const int e = A.inputs[0], l = A.inputs[1];
+    const PNode& E = g.nodes[e];
+    const PNode& L = g.nodes[l];
+    if (E.kind != OpKind::Exp || L.kind != OpKind::Sum || L.split > 0 || L.combine ||
+        L.inputs[0] != e || !L.attrs.keepdim || readers[e] != 2 || readers[l] != 1)
+      continue;
+    const int d = E.inputs[0];
+    const PNode& D = g.nodes[d];
+    if (D.kind != OpKind::Sub || readers[d] != 1) continue;
+    const int x = D.inputs[0], m = D.inputs[1];
+    const Shape& xs = g.nodes[x].shape;
+    const Shape& ms = g.nodes[m].shape;
+    const int r = static_cast<int>(xs.size());
+    const int dim = static_cast<int>(L.attrs.dim < 0 ? L.attrs.dim + r : L.attrs.dim);
+    if (xs != E.shape || dim < 0 || dim >= r) continue;
+    // m broadcasts to x (right-aligned) and has extent 1 along the normalized dim.
+    const int off = r - static_cast<int>(ms.size());
+    if (off < 0 || (dim >= off && ms[dim - off] != 1)) continue;
+    std::vector<PNode> repl;
+    repl.push_back(unary_node(OpKind::Exp, x, xs, DType::F32, E.name));
+    repl.push_back(sum_node(new_ref(0), dim, true, L.shape, DType::F32, L.name));
+    PNode div = A;
+    div.inputs = {new_ref(0), new_ref(1)};
+    repl.push_back(div);
+    out.push_back(replace_node(
+        g, static_cast<int>(ai), std::move(repl),
+        fmt::format("cancel the shift {} of normalization {}", g.nodes[m].name, A.name)));
+  }
+  return out;
+}
+
 std::vector<PGraph> enumerate_variants(const PGraph& base0, const VariantOptions& opt) {
   // The algebraic rewrites first: each site once, alone (a rewritten graph is a new base).
   std::vector<PGraph> bases{base0};
   if (opt.algebra) {
     for (PGraph& r : reassociations(base0)) bases.push_back(std::move(r));
     for (PGraph& r : reductions_through_matmuls(base0)) bases.push_back(std::move(r));
+    for (PGraph& r : shift_cancellations(base0)) bases.push_back(std::move(r));
+  }
+  // Round-robin over the bases (the plain expansion's first variant stays first): a time-limited
+  // search reaches every algebraic form's unsplit variants early instead of after all the plain
+  // expansion's splits (a softmax attention's only one-kernel form is a cancelled shift's).
+  std::vector<std::vector<PGraph>> per_base;
+  size_t longest = 0;
+  for (const PGraph& b : bases) {
+    per_base.push_back(enumerate_rewrites(b, opt));
+    longest = std::max(longest, per_base.back().size());
   }
   std::vector<PGraph> out;
-  for (const PGraph& b : bases) {
-    std::vector<PGraph> v = enumerate_rewrites(b, opt);
-    for (PGraph& x : v) out.push_back(std::move(x));
-  }
+  for (size_t i = 0; i < longest; ++i)
+    for (std::vector<PGraph>& v : per_base)
+      if (i < v.size()) out.push_back(std::move(v[i]));
   return out;
 }
 

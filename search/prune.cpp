@@ -277,10 +277,12 @@ struct Pruner::Impl {
 Pruner::Pruner(std::vector<AbsExpr> roots, PrunerOptions opt)
     : impl_(std::make_unique<Impl>(std::move(roots), opt)) {}
 
-Pruner Pruner::for_spec(const KernelGraph& spec, PrunerOptions opt) {
+Pruner Pruner::for_spec(const KernelGraph& spec, PrunerOptions opt,
+                        std::vector<AbsExpr> equal_roots) {
   std::vector<AbsExpr> t = abstract_tensors(spec);
   std::vector<AbsExpr> roots;
   for (int id : spec.outputs) roots.push_back(t.at(id));
+  for (AbsExpr& e : equal_roots) roots.push_back(e);
   return Pruner(std::move(roots), opt);
 }
 

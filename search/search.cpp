@@ -889,18 +889,26 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   head.back().cost_us = fallback.cost.time * 1e6;
   st.states++;
 
+  PGraph base = expand_spec(spec);
   std::unique_ptr<Pruner> pruner, enum_pruner;
   if (config.prune) {
     PrunerOptions po;
     po.use_z3 = config.use_z3;
-    pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po));
+    // A cancelled normalization shift is exact but beyond the pruning axioms: its outputs are
+    // roots too (prune.h), or its variants would be pruned at once.
+    std::vector<AbsExpr> equal_roots;
+    if (config.variants.algebra)
+      for (const PGraph& r : shift_cancellations(base)) {
+        const std::vector<AbsExpr> e = node_exprs(r);
+        for (int o : r.outputs) equal_roots.push_back(e[o]);
+      }
+    pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po, equal_roots));
     // The enumerator asks about many more expressions than the lowering; its own pruner (own
     // lock, own cache) gets a smaller Z3 budget so that Z3 cannot take the run's time.
     po.z3_budget_ms = config.enum_z3_budget_ms;
-    enum_pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po));
+    enum_pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po, equal_roots));
   }
 
-  PGraph base = expand_spec(spec);
   std::vector<PGraph> variants = enumerate_variants(base, config.variants);
   std::vector<int64_t> variant_ids;
   for (const PGraph& v : variants) {

@@ -89,6 +89,11 @@ TEST(Cli, ShowPrintsSpecsAndMugraphs) {
   KilnRun m = kiln("show " + example("gqa.mugraph.json"));
   ASSERT_EQ(m.status, 0) << m.err;
   EXPECT_NE(m.out.find("accum_sum"), std::string::npos);
+  // How each kernel is lowered: the hand-written gqa's key-split partials run the wgmma
+  // attention kernel (not online: partials are not scale-free).
+  EXPECT_NE(m.out.find("lowering (sm_90a):\n  attn_partial: wgmma attention ("), std::string::npos)
+      << m.out;
+  EXPECT_EQ(s.out.find("lowering ("), std::string::npos);
   KilnRun d = kiln("show --dot " + example("gqa.mugraph.json"));
   ASSERT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(d.out.rfind("digraph", 0), 0u);

@@ -56,8 +56,9 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
   // examples/ also holds reference μGraphs (*.mugraph.json); those are the codec's to test.
   std::vector<fs::path> files = example_files();
   // 3 rmsnorm_linear + 4 gated_mlp + 3 gqa + lora + 4 add_rmsnorm + 12 skinny_gemm + default +
-  // 3 double_norm (the benchmark suite, all f16) + activations (Kiln's extension ops, bf16, f32).
-  EXPECT_EQ(files.size(), 32u);
+  // 3 double_norm (the benchmark suite, all f16) + activations (Kiln's extension ops, bf16, f32)
+  // + attention_softmax and rms_qk_attention (issue 16's attention specs).
+  EXPECT_EQ(files.size(), 34u);
   for (const fs::path& f : files) {
     SCOPED_TRACE(f.string());
     KernelGraph g = parse_spec_file(f.string());
@@ -67,12 +68,13 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
     EXPECT_TRUE(g.is_spec());
     if (g.name == "activations") continue;
     // Inputs and outputs are f16; an intermediate is f16 or, where its range is unbounded
-    // (store_unbounded_intermediates: gqa's exponentials), f32.
+    // (store_unbounded_intermediates: attention's exponentials) or it is a constant, f32.
     for (int t : g.inputs) EXPECT_EQ(g.tensor(t).dtype, DType::F16) << g.tensor(t).name;
     for (int t : g.outputs) EXPECT_EQ(g.tensor(t).dtype, DType::F16) << g.tensor(t).name;
+    const bool attention =
+        g.name.rfind("gqa", 0) == 0 || g.name.find("attention") != std::string::npos;
     for (const TensorDesc& t : g.tensors)
-      EXPECT_TRUE(t.dtype == DType::F16 || (t.dtype == DType::F32 && g.name.rfind("gqa", 0) == 0))
-          << t.name;
+      EXPECT_TRUE(t.dtype == DType::F16 || (t.dtype == DType::F32 && attention)) << t.name;
   }
 }
 

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/codegen/lowerings.h"
+#include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
 #include "search_test_util.h"
 
@@ -335,6 +337,68 @@ TEST(Search, AlgebraicRewritesAreProvenAndChosenWhereCheaper) {
   for (const PGraph& v : enumerate_variants(expand_spec(square), {}))
     for (const std::string& w : v.rewrites)
       EXPECT_EQ(w.find("reassociate"), std::string::npos) << w;
+}
+
+// Issue 16: attention written with `softmax` (a max inside; gqa's shapes) reaches the one-kernel
+// attention lowering through the shift cancellation, which the online form then makes range-safe;
+// the verifier proves the rewritten candidate against the spec as written.
+TEST(Search, SoftmaxAttentionReachesTheOnlineLowering) {
+  const KernelGraph spec = parse_spec(R"({"name": "attn", "inputs": [
+      {"name": "Q", "shape": [2, 256, 64], "dtype": "f16"},
+      {"name": "K", "shape": [2, 64, 4096], "dtype": "f16"},
+      {"name": "V", "shape": [2, 4096, 64], "dtype": "f16"}],
+    "nodes": [{"name": "S", "op": "matmul", "inputs": ["Q", "K"]},
+              {"name": "A", "op": "softmax", "inputs": ["S"], "attrs": {"dim": -1}},
+              {"name": "O", "op": "matmul", "inputs": ["A", "V"]}], "outputs": ["O"]})");
+  SearchConfig cfg = small_config();
+  cfg.top_k = 4;
+  SearchResult r = run_search(spec, cfg);
+  const Candidate& b = r.best();
+  ASSERT_FALSE(b.is_spec) << b.verdict;
+  EXPECT_TRUE(b.verified) << b.verdict;
+  bool cancelled = false;
+  for (const std::string& w : b.rewrites)
+    cancelled |= w.find("cancel the shift") != std::string::npos;
+  EXPECT_TRUE(cancelled) << "the winner did not come from the shift cancellation";
+  kiln::Schedule s = plan_schedule(b.graph, target_for(Arch::Sm90a));
+  bool online = false;
+  for (const KernelPlan& kp : s.kernels)
+    if (const AttentionKernel* a = kp.as<AttentionKernel>()) online |= a->a.online;
+  EXPECT_TRUE(online) << "no online attention kernel in the winner";
+}
+
+TEST(Search, ShiftCancellationOnlyWhereTheShiftIsConstantAlongTheSum) {
+  auto variants = [](const char* nodes) {
+    const KernelGraph g = parse_spec(fmt::format(R"({{"name": "s", "inputs": [
+        {{"name": "X", "shape": [8, 32], "dtype": "f32"}}, {{"name": "Y", "shape": [8, 32], "dtype": "f32"}},
+        {{"name": "c", "shape": [8, 1], "dtype": "f32"}}], "nodes": [{}], "outputs": ["A"]}})",
+                                                 nodes));
+    return shift_cancellations(expand_spec(g));
+  };
+  const char* tail = R"({"name": "E", "op": "exp", "inputs": ["D"]},
+      {"name": "L", "op": "sum", "inputs": ["E"], "attrs": {"dim": -1}},
+      {"name": "A", "op": "div", "inputs": ["E", "L"]})";
+  EXPECT_EQ(
+      variants((std::string(R"({"name": "D", "op": "sub", "inputs": ["X", "c"]},)") + tail).c_str())
+          .size(),
+      1u);  // a per-row shift
+  EXPECT_EQ(
+      variants((std::string(R"({"name": "D", "op": "sub", "inputs": ["X", "Y"]},)") + tail).c_str())
+          .size(),
+      0u);  // varies along the summed dim
+  EXPECT_EQ(
+      variants(R"({"name": "A", "op": "softmax", "inputs": ["X"], "attrs": {"dim": -1}})").size(),
+      1u);
+  EXPECT_EQ(
+      variants(R"({"name": "A", "op": "softmax", "inputs": ["X"], "attrs": {"dim": 0}})").size(),
+      1u);
+  // Over the other dim, a per-row shift does not cancel.
+  EXPECT_EQ(variants(R"({"name": "D", "op": "sub", "inputs": ["X", "c"]},
+      {"name": "E", "op": "exp", "inputs": ["D"]},
+      {"name": "L", "op": "sum", "inputs": ["E"], "attrs": {"dim": 0}},
+      {"name": "A", "op": "div", "inputs": ["E", "L"]})")
+                .size(),
+            0u);
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ void assign_labels(PGraph& g);
 
 struct VariantOptions {
   // Algebraic rewrites of the kernel graph, each site alone: matmul associativity where it saves
-  // multiply-adds, sums over a matmul's output dim moved onto its operand (generator.cpp).
+  // multiply-adds, sums over a matmul's output dim moved onto its operand, a shift cancelled in a
+  // normalization (generator.cpp).
   bool algebra = true;
   bool hoist_scales = true;
   bool split = true;
@@ -92,6 +93,14 @@ struct VariantOptions {
 // it, then for each of those every subset of the hoisting rewrites, each with no split or one
 // split of a reduced label that is not ambiguous. The first is the plain expansion.
 std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
+
+// The graphs of g with one normalization's shift cancelled, one per site:
+//   exp(x - m) / sum_d exp(x - m)  ->  exp(x) / sum_d exp(x)   for m constant along d
+// (softmax's expansion, a hand-written max). Exact in the reals; the shift-free form is the one
+// the attention lowering runs online (max-subtracted where that is safe). The new exp and sum are
+// float32. enumerate_variants includes them with opt.algebra; the search also gives their output
+// expressions to the pruner as roots, since no pruning axiom relates exp(x) to exp(x - m).
+std::vector<PGraph> shift_cancellations(const PGraph& g);
 
 // A partition: groups of non-constant node ids, each a contiguous segment of `order`.
 struct Partition {

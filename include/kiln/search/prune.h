@@ -106,8 +106,12 @@ class Pruner {
   // roots: the spec's output expressions. A query asks whether an expression is a subexpression
   // of at least one of them.
   explicit Pruner(std::vector<AbsExpr> roots, PrunerOptions opt = {});
-  // The roots are the abstract expressions of spec's outputs.
-  static Pruner for_spec(const KernelGraph& spec, PrunerOptions opt = {});
+  // The roots are the abstract expressions of spec's outputs, plus `equal_roots`: outputs of
+  // programs exactly equal to the spec that the axioms cannot relate to it (a cancelled
+  // normalization shift, generator.h). More roots only ever keep more, so they must be equal to
+  // the spec for the search to stay focused, never for soundness (the verifier decides that).
+  static Pruner for_spec(const KernelGraph& spec, PrunerOptions opt = {},
+                         std::vector<AbsExpr> equal_roots = {});
   Pruner(Pruner&&) noexcept;
   Pruner& operator=(Pruner&&) noexcept;
   ~Pruner();
