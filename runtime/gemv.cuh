@@ -309,6 +309,24 @@ struct GemvIdentity {
   static constexpr bool kRowSumSq = false;
   KILN_DEV float operator()(float v0, float, int, int, float) const { return v0; }
 };
+// (1^T W0) * scale: X is a row of ones that the TMA GEMV keeps in shared memory instead of loading
+// (gemv_tma.cuh, kXOnes): the sum (scale 1) or mean (scale 1 / K) of W0's rows, a reduction over
+// W0's outer dim streamed like any weight. M must be 1; X may be null.
+struct GemvOnesX {
+  static constexpr bool kRowSumSq = false;
+  static constexpr bool kXOnes = true;
+  float scale = 1.0f;
+  KILN_DEV float operator()(float v0, float, int, int, float) const { return v0 * scale; }
+};
+// Whether an epilogue's X is the ones row (Epi::kXOnes; false where the member is absent).
+template <class E, class = void>
+struct GemvXOnes {
+  static constexpr bool value = false;
+};
+template <class E>
+struct GemvXOnes<E, decltype(void(E::kXOnes))> {
+  static constexpr bool value = E::kXOnes;
+};
 // silu(X W0) * (X W1): the gated MLP.
 struct GemvSiluMul {
   static constexpr bool kRowSumSq = false;

@@ -183,6 +183,11 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
   const int rank = blockIdx.y, splits = gridDim.y;  // cluster (1, splits, 1): rank = blockIdx.y
   const int k_begin = rank * k_chunk, k_end = min_i(K, k_begin + k_chunk);
   const int ntiles = k_end > k_begin ? ceil_div(k_end - k_begin, BK) : 0;
+  // Epi::kXOnes: X is a row of ones (GemvOnesX), written once into every stage's X panels here
+  // (row 0 of each panel: 64 ones in its own 128-byte line, which the swizzle leaves in place;
+  // the other rows zero) and never copied; the stages then carry W only.
+  constexpr bool kOnes = GemvXOnes<Epi>::value;
+  static_assert(!kOnes || (MT == 1 && !kRows), "a ones row: M = 1, no row sums");
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
@@ -190,6 +195,17 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
       mbar_init(&empty[s], kRows ? 5 : 4);  // one arrival per consumer warp (+ rows warp)
     }
     fence_mbar_init();
+  }
+  if constexpr (kOnes) {
+    const uint32_t one = pack2<T>(1.0f, 1.0f);
+    constexpr int kWords = G::kNX * G::kXPanel / 4;  // 32-bit words of one stage's X panels
+    for (int i = tid; i < STAGES * kWords; i += blockDim.x) {
+      const int s = i / kWords, w = i % kWords;
+      const bool row0 = (w % (G::kXPanel / 4)) < 32;  // the first 128 bytes of a panel
+      *reinterpret_cast<uint32_t*>(ring + s * G::kStageBytes + G::kXOffset + 4 * w) =
+          row0 ? one : 0u;
+    }
+    fence_proxy_async_smem();  // the generic-proxy stores, before wgmma reads them
   }
   __syncthreads();
 
@@ -237,7 +253,7 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
   } else if (warp == 4) {
     // Producer: one thread issues every copy.
     if (lane == 0 && ntiles > 0) {
-      tma_prefetch_desc(&map_x);
+      if constexpr (!kOnes) tma_prefetch_desc(&map_x);
       tma_prefetch_desc(&map_w0);
       if (NW > 1) tma_prefetch_desc(&map_w1);
       const uint64_t policy = l2_policy_evict_first();
@@ -245,7 +261,7 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
         const int s = it % STAGES;
         if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
         unsigned char* const st = ring + s * G::kStageBytes;
-        mbar_arrive_expect_tx(&full[s], G::kStageBytes);
+        mbar_arrive_expect_tx(&full[s], kOnes ? G::kXOffset : G::kStageBytes);
         const int k = k_begin + it * BK;
 #pragma unroll
         for (int v = 0; v < NW; ++v)
@@ -253,9 +269,10 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
           for (int j = 0; j < G::kNJ; ++j)
             tma_load_2d_hint(st + (v * G::kNJ + j) * G::kWPanel, v == 0 ? &map_w0 : &map_w1, k,
                              n0 + 64 * j, &full[s], policy);
+        if constexpr (!kOnes)
 #pragma unroll
-        for (int p = 0; p < G::kNX; ++p)
-          tma_load_2d(st + G::kXOffset + p * G::kXPanel, &map_x, 0, k + 64 * p, &full[s]);
+          for (int p = 0; p < G::kNX; ++p)
+            tma_load_2d(st + G::kXOffset + p * G::kXPanel, &map_x, 0, k + 64 * p, &full[s]);
       }
     }
     __syncwarp();
@@ -434,7 +451,11 @@ inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T
   cudaError_t e = gemv_tma_prepare<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>();
   if (e != cudaSuccess) return e;
   TmaDesc mx, mw0, mw1;
-  e = tma_encode_2d(&mx, X, M, K, ldx, 8 * MT, 64, true);
+  // A ones row (GemvOnesX) is never copied: its map is encoded over W0, a valid tensor.
+  if constexpr (GemvXOnes<Epi>::value)
+    e = tma_encode_2d(&mx, W0, 1, ldw, ldw, 8 * MT, 64, true);
+  else
+    e = tma_encode_2d(&mx, X, M, K, ldx, 8 * MT, 64, true);
   if (e == cudaSuccess) e = tma_encode_2d(&mw0, W0, K, N, ldw, BK, 64, true);
   if (e == cudaSuccess) e = tma_encode_2d(&mw1, NW > 1 ? W1 : W0, K, N, ldw, BK, 64, true);
   if (e != cudaSuccess) return e;

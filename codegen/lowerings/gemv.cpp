@@ -208,4 +208,55 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
   L.close();
 }
 
+std::optional<ColumnSumGemvKernel> ColumnSumGemvKernel::match(const PlanContext& ctx, int k,
+                                                              KernelPlan& kp) {
+  const KernelGraph& g = ctx.g;
+  const KernelOp& op = g.ops[k];
+  if (!ctx.opt.lowerings || ctx.t.arch != Arch::Sm90a) return std::nullopt;
+  if (op.kind != OpKind::Sum && op.kind != OpKind::Mean) return std::nullopt;
+  const TensorDesc& in = g.tensor(op.inputs[0]);
+  const TensorDesc& out = g.tensor(op.outputs[0]);
+  if (in.shape.size() != 2 || op.attrs.dim != 0 || ctx.is_const(op.inputs[0])) return std::nullopt;
+  if (in.dtype != DType::F16 && in.dtype != DType::BF16) return std::nullopt;
+  const int64_t K = in.shape[0], N = in.shape[1];
+  if (N % 8 != 0 || (N * dtype_bytes(out.dtype)) % 16 != 0 || K >= (int64_t(1) << 31) ||
+      N >= (int64_t(1) << 31))
+    return std::nullopt;
+  std::optional<GemvTmaShape> c = gemv_tma_shape(1, N, K, 1, ctx.t);
+  if (!c) return std::nullopt;
+  kp.splits = static_cast<int>(c->splits);
+  kp.threads = 160;
+  kp.smem = c->smem;
+  kp.grid = c->grid;
+  return ColumnSumGemvKernel{*c};
+}
+
+std::string ColumnSumGemvKernel::describe() const {
+  return fmt::format("ones-row gemv tma {}x{} s{} (rows summed)", tma.bn, tma.bk, tma.stages);
+}
+
+// The same runtime kernel and model as the TMA GEMV, without X.
+KernelCost ColumnSumGemvKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  return predefined_kernel_cost(x, k.gemv_efficiency, k.gemv_tma_saturation);
+}
+
+void ColumnSumGemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  const TensorDesc& in = x.g.tensor(op.inputs[0]);
+  const TensorDesc& out = x.g.tensor(op.outputs[0]);
+  const int64_t K = in.shape[0], N = in.shape[1];
+  const double scale = op.kind == OpKind::Mean ? 1.0 / double(K) : 1.0;
+  Code& L = x.launch;
+  L.open("{");
+  L.f("// {}: {} of {} over dim 0 ({})", kp.kernel, op_name(op.kind), shape_str(in.shape),
+      kp.strategy());
+  L.f("err = kiln::rt::gemv_tma_launch<{}, {}, 1, 1, {}, {}, {}, 1, kiln::rt::GemvOnesX>(nullptr, "
+      "{}, {}, {}, {}, {}, {}, 1, {}, {}, {}, stream, kiln::rt::GemvOnesX{{{}}});",
+      ctype(in.dtype), ctype(out.dtype), tma.bn, tma.bk, tma.stages, align_up(K, 8),
+      x.ptr(op.inputs[0]), x.ptr(op.inputs[0]), N, x.ptr(op.outputs[0]), N, N, K, kp.splits,
+      flit(scale));
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
 }  // namespace kiln

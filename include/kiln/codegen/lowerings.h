@@ -23,8 +23,8 @@ using LoweredPlan =
     std::variant<UnplannedKernel,  // never matches: the default
                  FillKernel, FoldedConstant,
                  FusedIntoKernel,  // never matches: assigned by a consumer
-                 ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnKernel,
-                 GemvKernel, WgmmaGemmKernel, GemmTcKernel, FmaKernel, ContractionKernel,
-                 AttentionKernel, RowChainKernel, BlockGraphKernel>;
+                 ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnSumGemvKernel,
+                 ColumnKernel, GemvKernel, WgmmaGemmKernel, GemmTcKernel, FmaKernel,
+                 ContractionKernel, AttentionKernel, RowChainKernel, BlockGraphKernel>;
 
 }  // namespace kiln

@@ -35,4 +35,14 @@ struct GemvKernel {
   KILN_LOWERING(GemvKernel);
 };
 
+// sum or mean over the outer dim of a 2-D 16-bit tensor W [K, N] (W's rows summed: the
+// rewrite that moves a matmul's output-dim sum onto its operand, linear_mean) as the TMA GEMV
+// 1^T W with the ones row kept in shared memory (runtime GemvOnesX), sm_90a: the weight streams
+// through the GEMV's ring like any weight. A plain column loop reached 2 TB/s at best
+// (tests/gpu/colsum_sweep.cu).
+struct ColumnSumGemvKernel {
+  GemvTmaShape tma;
+  KILN_LOWERING(ColumnSumGemvKernel);
+};
+
 }  // namespace kiln
