@@ -152,7 +152,7 @@ class BlockEmitter {
                                                 const std::vector<std::string>& out_batch,
                                                 const std::string& r, const std::string& c);
 
-  void emit_fma_root(int root, const std::vector<std::string>& ridx, const std::string& valid,
+  void emit_fma_root(int root, const std::vector<std::string>& ridx, int G, const std::string& valid,
                      Ctx& cx);
 
   // ---- tensor cores --------------------------------------------------------------------------

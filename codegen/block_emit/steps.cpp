@@ -305,7 +305,7 @@ void BlockEmitter::run_elements(int top, const Distribution& d, int root, bool u
         if (reduce_root)
           emit_reduce_root(root, ridx, G, valid, cx);
         else
-          emit_fma_root(root, ridx, valid, cx);
+          emit_fma_root(root, ridx, G, valid, cx);
       }
       std::string guard = valid;
       if (G > 1)
@@ -392,7 +392,11 @@ std::vector<std::string> BlockEmitter::matmul_operand_index(
   return idx;
 }
 
-void BlockEmitter::emit_fma_root(int root, const std::vector<std::string>& ridx,
+// A matmul element by FMAs: over the whole of K in one thread (G = 1), or split over a group of G
+// lanes (k = lane, lane + G, ...) that sums through shuffles afterwards, outside the `valid`
+// branch as emit_reduce_root does (the lanes of a group share one element, so a group is
+// uniformly valid or not).
+void BlockEmitter::emit_fma_root(int root, const std::vector<std::string>& ridx, int G,
                                  const std::string& valid, Ctx& cx) {
   const BlockOp& o = op(root);
   int a = o.inputs[0], b = o.inputs[1];
@@ -406,8 +410,9 @@ void BlockEmitter::emit_fma_root(int root, const std::vector<std::string>& ridx,
     c_->open(fmt::format("if ({}) {{", valid));
   else
     c_->open("{");
-  c_->line(K <= 16 ? "#pragma unroll" : "#pragma unroll 4");
-  c_->open(fmt::format("for (int k = 0; k < {}; ++k) {{", K));
+  c_->line(K / G <= 16 ? "#pragma unroll" : "#pragma unroll 4");
+  c_->open(fmt::format("for (int k = {}; k < {}; k += {}) {{",
+                       G > 1 ? fmt::format("tid % {}", G) : "0", K, G));
   Ctx inner;
   inner.body = c_;
   std::string va = value(a, matmul_operand_index(a, o.shape, ob, m, "k"), inner);
@@ -415,6 +420,10 @@ void BlockEmitter::emit_fma_root(int root, const std::vector<std::string>& ridx,
   c_->f("{0} = fmaf({1}, {2}, {0});", rv, va, vb);
   c_->close();
   c_->close();
+  if (G > 32)
+    c_->f("{0} = kiln::cg::group_reduce_wide<{1}>({0}, kiln::rt::SumOp(), kiln_red);", rv, G);
+  else if (G > 1)
+    c_->f("{0} = kiln::cg::group_sum<{1}>({0});", rv, G);
 }
 
 }  // namespace kiln::cgen
