@@ -381,23 +381,28 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   constexpr int kVals = C::kVals;
   float* scratch = reinterpret_cast<float*>(rings);
   const int tw = tid & 127;
+  // A consumer thread's partials in shared memory, one float every 128 (the warpgroup's threads
+  // interleaved): O value i at slot i, row h's feed q at feed_slot(h, q), its max at max_slot(h).
+  // The in-CTA key split and the cluster split publish and read the same layout.
+  auto feed_slot = [](int h, int q) { return DV / 2 + h * R + q; };
+  auto max_slot = [](int h) { return DV / 2 + 2 * R + h; };
+  auto publish = [&](float* p) {
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) p[i * 128] = o[i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) p[feed_slot(h, q) * 128] = r[h][q];
+      p[max_slot(h) * 128] = mrow[h];
+    }
+  };
   if constexpr (KS > 1) {
     // The row group's other consumers hand their partials to consumer ks = 0 through the ring,
     // idle once every consumer has waited for its last wgmma (the first barrier); summed in a
     // fixed order, so results are deterministic. Online partials carry their row max and are
     // rescaled to the larger one.
     named_barrier(1, C::kConsumers * 128);
-    if (ks > 0) {
-      float* p = scratch + (rg * (KS - 1) + ks - 1) * kVals * 128 + tw;
-#pragma unroll
-      for (int i = 0; i < DV / 2; ++i) p[i * 128] = o[i];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int q = 0; q < R; ++q) p[(DV / 2 + h * R + q) * 128] = r[h][q];
-        p[(DV / 2 + 2 * R + h) * 128] = mrow[h];
-      }
-    }
+    if (ks > 0) publish(scratch + (rg * (KS - 1) + ks - 1) * kVals * 128 + tw);
     named_barrier(1, C::kConsumers * 128);
     if (ks > 0) return;
     for (int k = 1; k < KS; ++k) {
@@ -406,7 +411,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       if constexpr (Fn::kOnline)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float mk = p[(DV / 2 + 2 * R + h) * 128], mx = fmaxf(mrow[h], mk);
+          const float mk = p[max_slot(h) * 128], mx = fmaxf(mrow[h], mk);
           c0[h] = attn_rescale(mrow[h], mx, Fn::kExpScale);
           c1[h] = attn_rescale(mk, mx, Fn::kExpScale);
           mrow[h] = mx;
@@ -419,8 +424,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int q = 0; q < R; ++q)
-          r[h][q] = r[h][q] * c0[h] + p[(DV / 2 + h * R + q) * 128] * c1[h];
+        for (int q = 0; q < R; ++q) r[h][q] = r[h][q] * c0[h] + p[feed_slot(h, q) * 128] * c1[h];
     }
   }
 
@@ -439,14 +443,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // blocks [b0, b1) (and rank 0 the row outputs) from all CL partials.
     named_barrier(2, 128);
     float* mine = scratch + C::kKsScratchBytes / 4 + tw;
-#pragma unroll
-    for (int i = 0; i < DV / 2; ++i) mine[i * 128] = o[i];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int q = 0; q < R; ++q) mine[(DV / 2 + h * R + q) * 128] = r[h][q];
-      mine[(DV / 2 + 2 * R + h) * 128] = mrow[h];
-    }
+    publish(mine);
     cluster_arrive();
     cluster_wait();
     const uint32_t mine_addr = smem_u32(mine);
@@ -456,7 +453,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int c = 0; c < CL; ++c)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        wt[c][h] = remote(c, DV / 2 + 2 * R + h);
+        wt[c][h] = remote(c, max_slot(h));
         mx[h] = fmaxf(mx[h], wt[c][h]);
       }
 #pragma unroll
@@ -470,7 +467,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int q = 0; q < R; ++q) {
         rr[h][q] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < CL; ++c) rr[h][q] += wt[c][h] * remote(c, DV / 2 + h * R + q);
+        for (int c = 0; c < CL; ++c) rr[h][q] += wt[c][h] * remote(c, feed_slot(h, q));
       }
     constexpr int kBlocksPer = (DV / 8 + CL - 1) / CL;
     const int b0 = crank * kBlocksPer, b1 = min_i(DV / 8, b0 + kBlocksPer);
