@@ -211,6 +211,18 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
       pp.threads = 0;
       if (!kp.prologue_stores) s.tensor_offset[g.ops[kp.prologue_op].outputs[0]] = -1;
     }
+    if (kp.view_op >= 0) {
+      // The lowering reads the transpose's input in place: the transpose gets no kernel and its
+      // output is never written.
+      KILN_ASSERT(ctx.can_take_over(kp.view_op) && kp.view_op != kp.prologue_op,
+                  "{} reads op {} in place, which is not free", kp.kernel, kp.view_op);
+      KernelPlan& pp = s.kernels[kp.view_op];
+      pp.plan = FusedIntoKernel{kp.kernel};
+      pp.fused_into = static_cast<int>(k);
+      pp.grid = 0;
+      pp.threads = 0;
+      s.tensor_offset[g.ops[kp.view_op].outputs[0]] = -1;
+    }
     if (kp.as<BlockGraphKernel>())
       block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);

@@ -57,11 +57,12 @@
 namespace kiln {
 namespace rt {
 
-// d (64 x N, f32) += A (64 x 16) B (16 x N) with A M-major in shared memory (imm-trans-a = 1:
-// rows of 64 m, 128-byte swizzle, the two 8-k halves of the k16 step SBO bytes apart) and B
-// K-major (N rows of 16 k). N = 8, 16 or 32: d has N / 2 floats per thread, d[4 i + 2 h + e] =
+// d (64 x N, f32) += A (64 x 16) B (16 x N) with A M-major in shared memory (TA = 1, imm-trans-a:
+// rows of 64 m, 128-byte swizzle, the two 8-k halves of the k16 step SBO bytes apart) or K-major
+// (TA = 0: 64 rows of 128-byte swizzled k, 8-row groups SBO bytes apart) and B K-major (N rows of
+// 16 k). N = 8, 16 or 32: d has N / 2 floats per thread, d[4 i + 2 h + e] =
 // D[16 w + g + 8 h][8 i + 2 t + e].
-template <typename T, int N>
+template <typename T, int N, int TA = 1>
 KILN_DEV void wgmma_ta_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
   static_assert(N == 8 || N == 16 || N == 32, "wgmma n8, n16, n32");
 #if KILN_RT_WGMMA
@@ -70,50 +71,50 @@ KILN_DEV void wgmma_ta_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, "
-        "1, 0;\n}\n"
+        "%7, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   } else if constexpr (N == 8) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 1, "
+        " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, "
         "0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   } else if constexpr (N == 16 && kBf16) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-        "%8, %9, p, 1, 1, 1, 0;\n}\n"
+        "%8, %9, p, 1, 1, %11, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   } else if constexpr (N == 16) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-        "%8, %9, p, 1, 1, 1, 0;\n}\n"
+        "%8, %9, p, 1, 1, %11, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   } else if constexpr (kBf16) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 0;\n}\n"
+        "%8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
           "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   } else {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 1, 0;\n}\n"
+        "%8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
           "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TA));
   }
 #else
   (void)d, (void)desc_a, (void)desc_b;
@@ -158,14 +159,19 @@ struct GemvTma {
   static_assert(kSmemBytes <= 227 * 1024, "ring too large for shared memory");
 };
 
+// WK (the weights K-major): W_v is given as W_v^T, an [N, K] row-major tensor (PyTorch's
+// nn.Linear weight). A stage then holds, per weight, BK / 64 boxes [BN n][64 k] (128-byte swizzle,
+// the same bytes as the [BK][64] boxes of the N-major layout), and A = W^T is read K-major
+// (imm-trans-a = 0): 64-column panel j of sub-box p starts 8192 j bytes into it.
+//
 // grid = (ceil(N / BN), splits), block GemvTma::kThreads (160, or 192 with Epi::kRowSumSq),
 // dynamic shared memory GemvTma::kSmemBytes; splits > 1 needs cluster dims (1, splits, 1),
 // splits <= 8. k_chunk: rows of K per split, a multiple of BK
 // (a split with an empty k-range contributes zeros). map_x: X [M][K], box [8 MT][64]; map_w0/1:
-// W [K][N], box [BK][64]; all 128-byte swizzled (gemv_tma_launch encodes them). W1 is read only
-// when NW == 2. Epi: as gemv_kernel's.
+// W [K][N], box [BK][64] (WK: W^T [N][K], box [BN][64]); all 128-byte swizzled (gemv_tma_launch
+// encodes them). W1 is read only when NW == 2. Epi: as gemv_kernel's.
 template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS,
-          class Epi>
+          class Epi, bool WK = false>
 __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
     gemv_tma_kernel(const __grid_constant__ TmaDesc map_x, const __grid_constant__ TmaDesc map_w0,
                     const __grid_constant__ TmaDesc map_w1, TO* __restrict__ out, int64_t ldo,
@@ -264,11 +270,20 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
         mbar_arrive_expect_tx(&full[s], kOnes ? G::kXOffset : G::kStageBytes);
         const int k = k_begin + it * BK;
 #pragma unroll
-        for (int v = 0; v < NW; ++v)
+        for (int v = 0; v < NW; ++v) {
+          const TmaDesc* mw = v == 0 ? &map_w0 : &map_w1;
+          if constexpr (WK) {
 #pragma unroll
-          for (int j = 0; j < G::kNJ; ++j)
-            tma_load_2d_hint(st + (v * G::kNJ + j) * G::kWPanel, v == 0 ? &map_w0 : &map_w1, k,
-                             n0 + 64 * j, &full[s], policy);
+            for (int p = 0; p < G::kNX; ++p)
+              tma_load_2d_hint(st + v * G::kNJ * G::kWPanel + p * BN * 128, mw, n0, k + 64 * p,
+                               &full[s], policy);
+          } else {
+#pragma unroll
+            for (int j = 0; j < G::kNJ; ++j)
+              tma_load_2d_hint(st + (v * G::kNJ + j) * G::kWPanel, mw, k, n0 + 64 * j, &full[s],
+                               policy);
+          }
+        }
         if constexpr (!kOnes)
 #pragma unroll
           for (int p = 0; p < G::kNX; ++p)
@@ -293,11 +308,20 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
         for (int v = 0; v < NW; ++v)
 #pragma unroll
           for (int j = 0; j < G::kNJ; ++j) {
-            // A = W^T, M-major, one 64-column swizzle atom wide: the k16 step is 16 rows of 128
-            // bytes, its two 8-k halves 1024 bytes apart (SBO; LBO is unused at m64).
-            const uint64_t da =
-                wgmma_desc_sw128(base + (v * G::kNJ + j) * G::kWPanel + kk * 2048, 1024, 1024);
-            wgmma_ta_ss<T, G::kMP>(acc[v][j], da, db);
+            if constexpr (WK) {
+              // A = W^T, K-major: 64 rows n of 128 bytes, 8-row groups 1024 apart; the k16 step
+              // moves 32 bytes inside the swizzled row, every 64 k to the next sub-box.
+              const uint64_t da = wgmma_desc_sw128(
+                  base + v * G::kNJ * G::kWPanel + (kk >> 2) * BN * 128 + j * 8192 + (kk & 3) * 32,
+                  16, 1024);
+              wgmma_ta_ss<T, G::kMP, 0>(acc[v][j], da, db);
+            } else {
+              // A = W^T, M-major, one 64-column swizzle atom wide: the k16 step is 16 rows of 128
+              // bytes, its two 8-k halves 1024 bytes apart (SBO; LBO is unused at m64).
+              const uint64_t da =
+                  wgmma_desc_sw128(base + (v * G::kNJ + j) * G::kWPanel + kk * 2048, 1024, 1024);
+              wgmma_ta_ss<T, G::kMP>(acc[v][j], da, db);
+            }
           }
       }
       wgmma_commit();
@@ -396,21 +420,21 @@ inline int gemv_tma_k_chunk(int K, int splits, int bk) {
   return round_up(ceil_div(K, splits), bk);
 }
 
-// The integer preconditions of gemv_tma_kernel (pointer alignment aside).
+// The integer preconditions of gemv_tma_kernel (pointer alignment aside); wk: W given as W^T.
 inline bool gemv_tma_supported(int M, int N, int K, int mt, int64_t ldx, int64_t ldw, int64_t ldo,
-                               int out_elem_bytes) {
+                               int out_elem_bytes, bool wk = false) {
   return M >= 1 && M <= 8 * mt && N >= 8 && N % 8 == 0 && K >= 1 && ldx >= K && ldx % 8 == 0 &&
-         ldw >= N && ldw % 8 == 0 && (ldo * out_elem_bytes) % 16 == 0;
+         ldw >= (wk ? K : N) && ldw % 8 == 0 && (ldo * out_elem_bytes) % 16 == 0;
 }
 
 // Raises the kernel's dynamic shared-memory limit once (before any graph capture: see
 // raise_smem_limit_once); cudaErrorInvalidDeviceFunction on a device older than sm_90.
 template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS,
-          class Epi>
+          class Epi, bool WK = false>
 inline cudaError_t gemv_tma_prepare() {
   cudaError_t e = require_sm90();
   if (e != cudaSuccess) return e;
-  constexpr auto kernel = gemv_tma_kernel<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>;
+  constexpr auto kernel = gemv_tma_kernel<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi, WK>;
   return raise_smem_limit_once<kernel>(GemvTma<T, MT, NW, BN, BK, STAGES>::kSmemBytes);
 }
 
@@ -440,15 +464,18 @@ inline cudaLaunchConfig_t gemv_tma_config(int N, int splits, cudaStream_t stream
 // Encodes the tensor maps (host only, no driver state) and launches gemv_tma_kernel with
 // `splits` k-splits (1 .. 8; cudaErrorInvalidValue otherwise or when the shape or strides break
 // the preconditions). Returns cudaErrorInvalidDeviceFunction, without launching, on a device older
-// than sm_90. No state survives between launches: launches may overlap.
+// than sm_90. No state survives between launches: launches may overlap. WK: W0, W1 are given as
+// [N][K] (ldw their row stride).
 template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS = 1,
-          class Epi = GemvIdentity>
+          class Epi = GemvIdentity, bool WK = false>
 inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T* W1, int64_t ldw,
                                    TO* out, int64_t ldo, int M, int N, int K, int splits,
                                    cudaStream_t stream, Epi epi = Epi()) {
-  if (splits < 1 || splits > 8 || !gemv_tma_supported(M, N, K, MT, ldx, ldw, ldo, int(sizeof(TO))))
+  if (splits < 1 || splits > 8 ||
+      !gemv_tma_supported(M, N, K, MT, ldx, ldw, ldo, int(sizeof(TO)), WK))
     return cudaErrorInvalidValue;
-  cudaError_t e = gemv_tma_prepare<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>();
+  static_assert(!WK || !GemvXOnes<Epi>::value, "a ones row sums an N-major W");
+  cudaError_t e = gemv_tma_prepare<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi, WK>();
   if (e != cudaSuccess) return e;
   TmaDesc mx, mw0, mw1;
   // A ones row (GemvOnesX) is never copied: its map is encoded over W0, a valid tensor.
@@ -456,14 +483,20 @@ inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T
     e = tma_encode_2d(&mx, W0, 1, ldw, ldw, 8 * MT, 64, true);
   else
     e = tma_encode_2d(&mx, X, M, K, ldx, 8 * MT, 64, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mw0, W0, K, N, ldw, BK, 64, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mw1, NW > 1 ? W1 : W0, K, N, ldw, BK, 64, true);
+  if (WK) {
+    if (e == cudaSuccess) e = tma_encode_2d(&mw0, W0, N, K, ldw, BN, 64, true);
+    if (e == cudaSuccess) e = tma_encode_2d(&mw1, NW > 1 ? W1 : W0, N, K, ldw, BN, 64, true);
+  } else {
+    if (e == cudaSuccess) e = tma_encode_2d(&mw0, W0, K, N, ldw, BK, 64, true);
+    if (e == cudaSuccess) e = tma_encode_2d(&mw1, NW > 1 ? W1 : W0, K, N, ldw, BK, 64, true);
+  }
   if (e != cudaSuccess) return e;
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
       gemv_tma_config<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>(N, splits, stream, &attr);
-  return cudaLaunchKernelEx(&cfg, gemv_tma_kernel<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>,
-                            mx, mw0, mw1, out, ldo, M, N, K, gemv_tma_k_chunk(K, splits, BK), epi);
+  return cudaLaunchKernelEx(&cfg,
+                            gemv_tma_kernel<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi, WK>, mx,
+                            mw0, mw1, out, ldo, M, N, K, gemv_tma_k_chunk(K, splits, BK), epi);
 }
 #endif  // __CUDACC_RTC__
 

@@ -778,10 +778,26 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 // 4 stages (4096^3 f16 386 us, as CLUSTER 1; on rows that are not 128-byte aligned, 4000 x 4040 x
 // 4000, 388 us against 485: halving the B traffic matters there; 3 stages with CLUSTER 2: 423
 // us); one weight takes CLUSTER = 1 with 6 stages (4096^3 197 us; CLUSTER 2: 222 us).
-template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1)>
+//
+// KB (B K-major): B is given as B^T, an [N, K] row-major tensor (PyTorch's nn.Linear weight), so
+// that C = epi(A B) reads it in place. Its stage panels are [64 n][64 k] boxes, 128B-swizzled like
+// A, and the wgmmas read B K-major (imm-trans-b = 0): no transpose anywhere. ldb is then B^T's row
+// stride.
+//
+// PP (ping-pong, one weight): each consumer warpgroup takes whole 128 x 128 tiles, alternately
+// (the cluster's tiles j with j % 2 == its index), so that one warpgroup's epilogue runs while the
+// other's wgmmas keep the tensor cores busy. The ring's order makes them alternate: tile j + 1's
+// stages follow tile j's. A stage is released by the one warpgroup that read it (empty[s] counts
+// CLUSTER arrivals). Otherwise both warpgroups share each tile (64 rows each) and the tensor
+// cores idle during every epilogue: measured on the H100, silu(x + bias) after a 512 x 14336 x
+// 4096 bf16 GEMM took 128 us against 94 without the epilogue.
+template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1), bool KB = false,
+          bool PP = false>
 struct WgmmaGemmWS {
   static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
   static constexpr int kCluster = CLUSTER;
+  static constexpr bool kKB = KB, kPP = PP;
+  static_assert(!PP || NB == 1, "ping-pong holds a whole tile's accumulators: one weight");
   static constexpr int kThreads = 384;
   using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
   using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
@@ -848,6 +864,9 @@ __global__ void __launch_bounds__(384, 1)
   constexpr bool kSmemC = G::kStageC && sizeof(TO) == 2;
   extern __shared__ __align__(1024) char wgmma_ws_smem_raw[];
   __shared__ __align__(8) uint64_t full[S], empty[S];
+  // PP: order[c] completes a phase each time the other consumer has received the last stage of
+  // one of its tiles; consumer c starts a tile only after that (see below).
+  __shared__ __align__(8) uint64_t order[2];
   char* smem = wgmma_ws_smem_raw + ((1024 - (smem_u32(wgmma_ws_smem_raw) & 1023)) & 1023);
   const int tid = threadIdx.x, wg = tid >> 7;
   const int rank = CL > 1 ? int(cluster_ctarank()) : 0;
@@ -859,8 +878,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2 * CL);  // one arrival per consumer warpgroup of the cluster
+      // One arrival per consumer warpgroup of the cluster that reads the stage.
+      mbar_init(&empty[s], G::kPP ? CL : 2 * CL);
     }
+    mbar_init(&order[0], 1);
+    mbar_init(&order[1], 1);
     fence_mbar_init();
   }
   // The peer's copies and arrivals target these barriers: all initialized before any is issued.
@@ -892,11 +914,13 @@ __global__ void __launch_bounds__(384, 1)
             if (j % CL != rank) continue;
             const TmaDesc* mb = j < 2 ? &map_b0 : &map_b1;
             char* pb = p + TileA::kBytes + j * PanelB::kBytes;
+            // A panel is rows k, columns n of B, or (KB) rows n, columns k of B^T.
+            const int pr = G::kKB ? n0 + 64 * (j & 1) : kt * G::kBK;
+            const int pc = G::kKB ? kt * G::kBK : n0 + 64 * (j & 1);
             if constexpr (CL > 1) {
-              tma_load_2d_multicast(pb, mb, kt * G::kBK, n0 + 64 * (j & 1), &full[s],
-                                    uint16_t((1u << CL) - 1));
+              tma_load_2d_multicast(pb, mb, pr, pc, &full[s], uint16_t((1u << CL) - 1));
             } else {
-              tma_load_2d(pb, mb, kt * G::kBK, n0 + 64 * (j & 1), &full[s]);
+              tma_load_2d(pb, mb, pr, pc, &full[s]);
             }
           }
           if (++s == S) s = 0, ph ^= 1;
@@ -905,7 +929,7 @@ __global__ void __launch_bounds__(384, 1)
     }
   } else {
     setmaxnreg_inc_232();
-    const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
+    const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of each tile, or (PP) every other tile
     const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const bool leader = (tid & 127) == 0;
     auto release = [&](int s) {
@@ -918,46 +942,17 @@ __global__ void __launch_bounds__(384, 1)
       }
     };
     char* cbuf = smem + G::kRingBytes + c * (G::kCBytes / 2);  // two 64 x 64 boxes (kSmemC)
-    float d[BN / 2];  // d[0, 64): A B0; d[64, 128): A B1 (NB = 2)
-    int s = 0;
-    uint32_t ph = 0;
-    for (int u = cid; u < tiles; u += nclusters) {
-      int m0, n0;
-      wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
-      int prev = 0;
-      for (int kt = 0; kt < ktiles; ++kt) {
-        mbar_wait(&full[s], ph);
-        const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
-        const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < G::kBK / 16; ++kk) {
-          const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
-          const uint64_t db = wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024);
-          wgmma_ss<T, BN, 1>(d, da, db, (kt > 0 || kk > 0) ? 1 : 0);  // k-tile 0 overwrites
-        }
-        wgmma_commit();
-        wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
-        if (kt > 0) release(prev);
-        prev = s;
-        if (++s == S) s = 0, ph ^= 1;
-      }
-      wgmma_wait<0>();
-      wgmma_fence_acc(d);
-      release(prev);
-
-      const int row0 = m0 + 64 * c;
-      if (row0 >= M) continue;  // a cluster's tile row past the end (odd number of tile rows)
+    // Stores rows row0 .. row0 + 63, columns n0 .. n0 + 127 of C from accumulators dd (dd[0, 64):
+    // A B0; dd[64, 128): A B1 with NB = 2).
+    auto epilogue = [&](const float(&dd)[BN / 2], int row0, int n0) {
       bool staged = false;
       if constexpr (kSmemC) {
         staged = tma_store != 0;
         if (staged) {
-          // The previous tile's stores have read the boxes; then every thread writes its pairs,
-          // 128B-swizzled (16-byte chunk i % 8 of row r at chunk (i % 8) ^ (r % 8)), so the 8 rows
-          // x 4 threads of one store land in 32 distinct banks.
-          if (leader) bulk_wait_read<0>();
-          named_barrier_sync(1 + c, 128);
-          const uint32_t cb = smem_u32(cbuf);
+          // Every value first, into registers: the epilogue's own loads (a bias, an operand of
+          // the output's shape) then issue together rather than one per store below (the
+          // stores' memory clobbers would order them).
+          uint32_t packed[16][2];
 #pragma unroll
           for (int i = 0; i < 16; ++i)
 #pragma unroll
@@ -966,12 +961,24 @@ __global__ void __launch_bounds__(384, 1)
               const int gm = row0 + r, gn = n0 + col;
               const bool in = gm < M && gn < N, in1 = gm < M && gn + 1 < N;
               const float y0 =
-                  in ? epi(d[q], NB > 1 ? d[(64 + q) % (BN / 2)] : 0.0f, gm, gn) : 0.0f;
+                  in ? epi(dd[q], NB > 1 ? dd[(64 + q) % (BN / 2)] : 0.0f, gm, gn) : 0.0f;
               const float y1 =
-                  in1 ? epi(d[q + 1], NB > 1 ? d[(65 + q) % (BN / 2)] : 0.0f, gm, gn + 1) : 0.0f;
+                  in1 ? epi(dd[q + 1], NB > 1 ? dd[(65 + q) % (BN / 2)] : 0.0f, gm, gn + 1) : 0.0f;
+              packed[i][h] = pack2<TO>(y0, y1);
+            }
+          // The previous stores have read the boxes; then every thread writes its pairs,
+          // 128B-swizzled (16-byte chunk i % 8 of row r at chunk (i % 8) ^ (r % 8)), so the 8
+          // rows x 4 threads of one store land in 32 distinct banks.
+          if (leader) bulk_wait_read<0>();
+          named_barrier_sync(1 + c, 128);
+          const uint32_t cb = smem_u32(cbuf);
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 16 * w + g + 8 * h;
               const uint32_t addr = cb + (i >> 3) * 8192 + r * 128 + (((i & 7) ^ g) << 4) + 4 * t;
-              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2<TO>(y0, y1))
-                           : "memory");
+              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed[i][h]) : "memory");
             }
           fence_proxy_async_smem();  // the copy engine reads what the stores wrote
           named_barrier_sync(1 + c, 128);
@@ -990,12 +997,12 @@ __global__ void __launch_bounds__(384, 1)
             const int r = row0 + 16 * w + g + 8 * h, col = n0 + 8 * i + 2 * t;
             if (r >= M || col >= N) continue;
             const int q = 4 * i + 2 * h;
-            const float v10 = NB > 1 ? d[(64 + q) % (BN / 2)] : 0.0f;
-            const float v11 = NB > 1 ? d[(65 + q) % (BN / 2)] : 0.0f;
+            const float v10 = NB > 1 ? dd[(64 + q) % (BN / 2)] : 0.0f;
+            const float v11 = NB > 1 ? dd[(65 + q) % (BN / 2)] : 0.0f;
             TO* p = C + r * ldc + col;
-            const float y0 = epi(d[q], v10, r, col);
+            const float y0 = epi(dd[q], v10, r, col);
             if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
-              const float y1 = epi(d[q + 1], v11, r, col + 1);
+              const float y1 = epi(dd[q + 1], v11, r, col + 1);
               if constexpr (sizeof(TO) == 4) {
                 *reinterpret_cast<float2*>(p) = make_float2(y0, y1);
               } else {
@@ -1003,9 +1010,88 @@ __global__ void __launch_bounds__(384, 1)
               }
             } else {
               p[0] = from_f32<TO>(y0);
-              if (col + 1 < N) p[1] = from_f32<TO>(epi(d[q + 1], v11, r, col + 1));
+              if (col + 1 < N) p[1] = from_f32<TO>(epi(dd[q + 1], v11, r, col + 1));
             }
           }
+      }
+    };
+    // The B operand of k16 step kk of stage base b_base.
+    auto desc_b = [&](uint32_t b_base, int kk) {
+      return G::kKB ? wgmma_desc_sw128(b_base + kk * 32, 16, 1024)
+                    : wgmma_desc_sw128(b_base + kk * 2048, PanelB::kBytes, 1024);
+    };
+    constexpr int TB = G::kKB ? 0 : 1;  // imm-trans-b: B N-major
+    if constexpr (G::kPP) {
+      // Ping-pong: this warpgroup's tiles are the cluster's tiles j with j % 2 == c, all 128 rows
+      // (d0: rows 0-63, d1: rows 64-127); tile j's k-tiles are ring iterations j ktiles + kt.
+      // A full[s] wait by parity is sound only within one phase of the barrier, so tile j starts
+      // once the other warpgroup has received tile j - 1's last stage (order[c]): every earlier
+      // iteration's phase has then completed. The two warpgroups take turns, one tile apart.
+      float d0[BN / 2], d1[BN / 2];
+      int j = 0;
+      for (int u = cid; u < tiles; u += nclusters, ++j) {
+        if ((j & 1) != c) continue;
+        int m0, n0;
+        wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
+        if (j > 0) mbar_wait(&order[c], uint32_t(((j - 1) / 2) & 1));
+        int prev = 0;
+        for (int kt = 0; kt < ktiles; ++kt) {
+          const int it = j * ktiles + kt, s = it % S;
+          mbar_wait(&full[s], uint32_t((it / S) & 1));
+          if (kt == ktiles - 1 && leader) mbar_arrive(&order[1 - c]);  // the other's turn
+          const uint32_t a_base = smem_u32(stage(s));
+          const uint32_t b_base = a_base + TileA::kBytes;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < G::kBK / 16; ++kk) {
+            const uint64_t db = desc_b(b_base, kk);
+            const int sc = (kt > 0 || kk > 0) ? 1 : 0;  // k-tile 0 overwrites
+            wgmma_ss<T, BN, TB>(d0, wgmma_desc_sw128(a_base + kk * 32, 16, 1024), db, sc);
+            wgmma_ss<T, BN, TB>(d1, wgmma_desc_sw128(a_base + 64 * 128 + kk * 32, 16, 1024), db,
+                                sc);
+          }
+          wgmma_commit();
+          wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
+          if (kt > 0) release(prev);
+          prev = s;
+        }
+        wgmma_wait<0>();
+        wgmma_fence_acc(d0);
+        wgmma_fence_acc(d1);
+        release(prev);
+        if (m0 < M) epilogue(d0, m0, n0);
+        if (m0 + 64 < M) epilogue(d1, m0 + 64, n0);
+      }
+    } else {
+      float d[BN / 2];  // d[0, 64): A B0; d[64, 128): A B1 (NB = 2)
+      int s = 0;
+      uint32_t ph = 0;
+      for (int u = cid; u < tiles; u += nclusters) {
+        int m0, n0;
+        wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
+        int prev = 0;
+        for (int kt = 0; kt < ktiles; ++kt) {
+          mbar_wait(&full[s], ph);
+          const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
+          const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < G::kBK / 16; ++kk) {
+            const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
+            wgmma_ss<T, BN, TB>(d, da, desc_b(b_base, kk), (kt > 0 || kk > 0) ? 1 : 0);
+          }
+          wgmma_commit();
+          wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
+          if (kt > 0) release(prev);
+          prev = s;
+          if (++s == S) s = 0, ph ^= 1;
+        }
+        wgmma_wait<0>();
+        wgmma_fence_acc(d);
+        release(prev);
+        const int row0 = m0 + 64 * c;
+        if (row0 >= M) continue;  // a cluster's tile row past the end (odd number of tile rows)
+        epilogue(d, row0, n0);
       }
     }
     if (kSmemC && tma_store && leader) bulk_wait<0>();  // the last stores done before exit
@@ -1040,8 +1126,9 @@ struct WgmmaWsTuning {
 
 // Encodes the tensor maps and launches wgmma_ws_gemm_kernel: a persistent grid of
 // min(cluster tiles, clusters resident at once) clusters of G::kCluster CTAs. B1 is read only when
-// G::kNB == 2. sm_90a only. The number of resident clusters is asked once per instantiation (one
-// GPU per process assumed), so later launches can be captured in CUDA graphs.
+// G::kNB == 2; ldb is B's row stride, or B^T's where G::kKB. sm_90a only. The number of resident
+// clusters is asked once per instantiation (one GPU per process assumed), so later launches can be
+// captured in CUDA graphs.
 template <class G, typename TO, class Epi>
 inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_t lda,
                                         const typename G::TileA::Elem* B0,
@@ -1054,8 +1141,14 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   if (M < 1 || N < 1 || K < 1) return cudaErrorInvalidValue;
   TmaDesc ma, mb0, mb1, mc;
   e = tma_encode_2d(&ma, A, M, K, lda, G::kBM, G::kBK, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
-  if (e == cudaSuccess) e = tma_encode_2d(&mb1, G::kNB > 1 ? B1 : B0, K, N, ldb, G::kBK, 64, true);
+  const typename G::TileA::Elem* b1 = G::kNB > 1 ? B1 : B0;
+  if (G::kKB) {  // B^T [N, K]: boxes of 64 n x 64 k
+    if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, N, K, ldb, 64, G::kBK, true);
+    if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, N, K, ldb, 64, G::kBK, true);
+  } else {
+    if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
+    if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, K, N, ldb, G::kBK, 64, true);
+  }
   if (e != cudaSuccess) return e;
   int tma_store = 0;
   if (G::kStageC && sizeof(TO) == 2 && tune.tma_store)

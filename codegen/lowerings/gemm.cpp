@@ -19,13 +19,18 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   if (!tensor_core_operands(ctx, op, s) || s.batch != 1 || s.M <= 64 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
   // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
+  WgmmaGemmKernel p;
   kp.threads = 384;
   kp.grid = cdiv(s.N, 128) * cdiv(s.M, 128);
-  return WgmmaGemmKernel{};
+  if (int tr = kmajor_b_source(ctx, op); tr >= 0 && (s.K * dtype_bytes(s.b.dtype)) % 16 == 0) {
+    kp.view_op = tr;
+    p.b_kmajor = true;
+  }
+  return p;
 }
 
 std::string WgmmaGemmKernel::describe() const {
-  return "wgmma_ws 128x128x64 s6";
+  return b_kmajor ? "wgmma_ws 128x128x64 s6, B read K-major in place" : "wgmma_ws 128x128x64 s6";
 }
 
 // Modeled as the runtime kernel it runs: like a lowered contraction with one weight and no
@@ -48,11 +53,14 @@ KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
 void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
   Code& L = m.L;
-  L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6>, {}, "
+  // K-major: B^T [N, K] is the transpose's input (kp.view_op), row stride K.
+  const int b = b_kmajor ? x.g.ops[kp.view_op].inputs[0] : op.inputs[1];
+  // Ping-pong (runtime/wgmma.cuh; contraction.cpp says why).
+  L.f("err = kiln::rt::wgmma_ws_gemm_launch<kiln::rt::WgmmaGemmWS<{}, 1, 6, 1, {}, true>, {}, "
       "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
       "kiln::rt::WgmmaEpiIdentity(), stream);",
-      m.TA, m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(op.inputs[1]), x.ptr(op.inputs[1]), m.N,
-      x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K);
+      m.TA, b_kmajor ? "true" : "false", m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(b), x.ptr(b),
+      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K);
   L.line("if (err != cudaSuccess) return err;");
   L.close();
 }

@@ -143,6 +143,13 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
     kp.prologue_op = pr;
     kp.prologue_stores = false;
   }
+  // B = transpose(W) of an [N, K] W: the TMA GEMV reads W K-major in place (the transpose would
+  // otherwise rewrite the whole weight before every call).
+  if (int tr = kmajor_b_source(ctx, op);
+      tr >= 0 && p.tma && (K * dtype_bytes(s.b.dtype)) % 16 == 0) {
+    kp.view_op = tr;
+    p.b_kmajor = true;
+  }
   if (splits > 1 && !p.cluster && !p.tma) {
     kp.scratch_bytes =
         col_blocks * splits * (p.warps_n * mt * 512 + (p.rms ? mt * 8 : 0)) * 4 + col_blocks * 4;
@@ -152,6 +159,7 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
 
 std::string GemvKernel::describe() const {
   std::string s = tma ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages) : "gemv";
+  if (b_kmajor) s += ", W read K-major in place";
   return rms ? s + " rms_norm" : s;
 }
 
@@ -179,14 +187,16 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
   const std::string targs =
       fmt::format("{}, {}, {}, 1, {}, {}, {}, {}, {}", m.TA, m.TO, mt, warps_n, warps_k, unroll,
                   min_blocks, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+  // K-major: W^T [N, K] is the transpose's input (kp.view_op), row stride K.
+  const int b = b_kmajor ? x.g.ops[kp.view_op].inputs[0] : op.inputs[1];
   const std::string operands = fmt::format(
-      "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), m.K, x.ptr(op.inputs[1]),
-      x.ptr(op.inputs[1]), m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K, kp.splits);
+      "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), m.K, x.ptr(b), x.ptr(b),
+      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K, kp.splits);
   if (const std::optional<GemvTmaShape>& v = tma) {
     // The TMA-streamed GEMV.
-    const std::string tma_targs =
-        fmt::format("{}, {}, {}, 1, {}, {}, {}, 1, {}", m.TA, m.TO, v->mt, v->bn, v->bk, v->stages,
-                    rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity");
+    const std::string tma_targs = fmt::format(
+        "{}, {}, {}, 1, {}, {}, {}, 1, {}{}", m.TA, m.TO, v->mt, v->bn, v->bk, v->stages,
+        rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", b_kmajor ? ", true" : "");
     L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
   } else if (cluster) {
     L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);

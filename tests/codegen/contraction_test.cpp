@@ -152,5 +152,60 @@ TEST(Contraction, GatedMlpM4096ExampleIsLowered) {
   EXPECT_EQ(p->b.size(), 2u);
 }
 
+// nn.Linear's layout and epilogue operands of any broadcast: B_j as the transpose of an [N, K]
+// tile (read K-major in place), a bias [N] and a per-row scale [M, 1]; the emitted functor reads
+// each at its own strides. One K-major and one N-major weight together are not a contraction (the
+// runtime kernels take one layout).
+BlockGraph linear(bool dual_mixed) {
+  std::vector<TensorDesc> ins = {{"X", {M, K}, DType::BF16},
+                                 {"W", {N, K}, DType::BF16},
+                                 {"b", {N}, DType::BF16},
+                                 {"r", {M, 1}, DType::F32},
+                                 {"W1", {K, N}, DType::BF16}};
+  BlockGraphBuilder b({M / 128, N / 64}, 256, {K / 32}, ins);
+  int x = b.input(0, {0, -1}, {1});
+  int w = b.input(1, {-1, 0}, {1});
+  int acc = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, b.op(OpKind::Transpose, {w})})});
+  int bias = b.input(2, {-1, 0}, {-1});
+  int rs = b.input(3, {0, -1}, {-1});
+  int v = b.op(OpKind::Mul, {b.op(OpKind::Silu, {b.op(OpKind::Add, {acc, bias})}), rs});
+  if (dual_mixed) {
+    int w1 = b.input(4, {-1, 1}, {0});
+    v = b.op(OpKind::Mul, {v, b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, w1})})});
+  }
+  b.output(v, {0, 1}, {-1}, DType::BF16, "Y");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+TEST(Contraction, TransposedWeightsAndBroadcastEpilogueOperands) {
+  const Target& t = target_for(Arch::Sm90a);
+  auto p = match_contraction(linear(false), t);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->b_kmajor);
+  EXPECT_EQ(p->b, std::vector<int>{1});
+  EXPECT_EQ(p->k, K);
+  EXPECT_EQ(p->epi_inputs, (std::vector<int>{2, 3}));
+  ASSERT_EQ(p->epi_strides.size(), 2u);
+  EXPECT_EQ(p->epi_strides[0], (std::array<int64_t, 2>{0, 1}));  // bias [N]
+  EXPECT_EQ(p->epi_strides[1], (std::array<int64_t, 2>{1, 0}));  // per-row [M, 1]
+  EXPECT_FALSE(match_contraction(linear(true), t));
+
+  KernelGraphBuilder kb("lin", "", Arch::Sm90a);
+  int x = kb.input("X", {M, K}, DType::BF16);
+  int w = kb.input("W", {N, K}, DType::BF16);
+  int bias = kb.input("b", {N}, DType::BF16);
+  int r = kb.input("r", {M, 1}, DType::F32);
+  int w1 = kb.input("W1", {K, N}, DType::BF16);
+  auto bg = std::make_shared<const BlockGraph>(linear(false));
+  kb.output(kb.graph_defined(bg, {x, w, bias, r, w1}, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  ASSERT_TRUE(plan_schedule(g, t).kernels[0].as<ContractionKernel>());
+  const std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("WgmmaGemmWS<__nv_bfloat16, 1, 6, 1, true, true>"), std::string::npos);
+  EXPECT_NE(cu.find("(t0, 128, t1, t1, 128, "), std::string::npos);  // ldb = K
+  EXPECT_NE(cu.find("e0_ptr[n]"), std::string::npos);
+  EXPECT_NE(cu.find("e1_ptr[int64_t(m) * 1]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

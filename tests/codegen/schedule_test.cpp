@@ -441,5 +441,57 @@ TEST(Schedule, RowSumsOfAWeightRunTheOnesRowGemv) {
       plan(graph(OpKind::Sum, {512, 512}, 1, DType::F16, Arch::Sm90a)).as<ColumnSumGemvKernel>());
 }
 
+// A transpose that feeds a matmul is an access pattern: on sm_90a the wgmma GEMM and the TMA GEMV
+// read its [N, K] input K-major in place and the transpose runs no kernel (nn.Linear's X W^T);
+// it stays a kernel where its output is also a graph output, is read twice, or the matmul has
+// no K-major path (sm_80, the register GEMV).
+TEST(Schedule, TransposedWeightsAreReadInPlace) {
+  auto graph = [](int64_t m, int64_t n, int64_t k, Arch arch, bool wt_out, bool twice) {
+    KernelGraphBuilder kb("lin", "", arch);
+    int x = kb.input("X", {m, k}, DType::BF16);
+    int w = kb.input("W", {n, k}, DType::BF16);
+    int wt = kb.op(OpKind::Transpose, {w}, {}, "Wt");
+    int y = kb.op(OpKind::MatMul, {x, wt}, {}, "Y");
+    kb.output(y);
+    if (wt_out) kb.output(wt);
+    if (twice) kb.output(kb.op(OpKind::MatMul, {x, wt}, {}, "Y2"));
+    return std::move(kb).finish();
+  };
+  struct Case {
+    int64_t m, n, k;
+    const char* launch;
+  };
+  const Case cases[] = {
+      {512, 14336, 4096,
+       "WgmmaGemmWS<__nv_bfloat16, 1, 6, 1, true, true>, __nv_bfloat16, "
+       "kiln::rt::WgmmaEpiIdentity>(t0, 4096, t1, t1, 4096, "},
+      {16, 14336, 4096, "kiln::rt::GemvIdentity, true>(t0, 4096, t1, t1, 4096, "},
+      {1, 4096, 14336, "kiln::rt::GemvIdentity, true>(t0, 14336, t1, t1, 14336, "},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("M {} N {} K {}", c.m, c.n, c.k));
+    KernelGraph g = graph(c.m, c.n, c.k, Arch::Sm90a, false, false);
+    const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+    EXPECT_TRUE(s.kernels[0].as<FusedIntoKernel>());
+    EXPECT_EQ(s.kernels[1].view_op, 0);
+    EXPECT_EQ(s.tensor_offset[g.ops[0].outputs[0]], -1);  // W^T is never written
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find(c.launch), std::string::npos);
+    EXPECT_NE(cu.find("k0_Wt: transpose -> fused into k1_Y"), std::string::npos);
+    // Kept as a kernel: W^T also an output, read by two matmuls, or sm_80.
+    for (const KernelGraph& other : {graph(c.m, c.n, c.k, Arch::Sm90a, true, false),
+                                     graph(c.m, c.n, c.k, Arch::Sm90a, false, true),
+                                     graph(c.m, c.n, c.k, Arch::Sm80, false, false)}) {
+      const Schedule so = plan_schedule(other, target_for(other.arch));
+      EXPECT_FALSE(so.kernels[0].as<FusedIntoKernel>());
+      EXPECT_EQ(so.kernels[1].view_op, -1);
+    }
+  }
+  // Weights under 8 MB at decode rows take the register GEMV, which reads N-major only.
+  const Schedule small =
+      plan_schedule(graph(8, 1024, 1024, Arch::Sm90a, false, false), target_for(Arch::Sm90a));
+  EXPECT_FALSE(small.kernels[0].as<FusedIntoKernel>());
+}
+
 }  // namespace
 }  // namespace kiln

@@ -100,6 +100,33 @@ TEST(SimPredefined, MatmulStrategies) {
   expect_sim_ok(std::move(b).finish(), "pre_mm");
 }
 
+// nn.Linear's X W^T with W stored [N, K]: the wgmma GEMM (M > 64) and the TMA GEMV (M <= 32,
+// 8 MB of weight) read W in place, K-major, and the transposes run no kernel; the results match
+// the interpreter. A ragged N and a transposed weight that is also an output (kept) too.
+TEST(SimPredefined, TransposedWeightsReadInPlace) {
+  KernelGraphBuilder b("lin");
+  int p = b.input("P", {100, 64}, DType::F16);
+  int w = b.input("W", {136, 64}, DType::F16);
+  int x = b.input("X", {2, 1024}, DType::BF16);
+  int v = b.input("V", {4096, 1024}, DType::BF16);  // 8 MB: the TMA GEMV
+  int wt = b.op(OpKind::Transpose, {w}, {}, "Wt");
+  int vt = b.op(OpKind::Transpose, {v}, {}, "Vt");
+  int w2 = b.input("W2", {72, 64}, DType::F16);
+  int w2t = b.op(OpKind::Transpose, {w2}, {}, "W2t");
+  b.output(b.op(OpKind::MatMul, {p, wt}, {}, "gemm"));
+  b.output(b.op(OpKind::MatMul, {x, vt}, {}, "gemv"));
+  b.output(b.op(OpKind::MatMul, {p, w2t}, {}, "gemm_kept"));
+  b.output(w2t);
+  KernelGraph g = std::move(b).finish();
+  const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  EXPECT_EQ(s.kernels[0].strategy(), "fused into k3_gemm");
+  EXPECT_EQ(s.kernels[1].strategy(), "fused into k4_gemv");
+  EXPECT_NE(s.kernels[2].strategy().rfind("fused into", 0), 0u);  // W2t is an output
+  EXPECT_EQ(s.kernels[3].strategy(), "wgmma_ws 128x128x64 s6, B read K-major in place");
+  EXPECT_NE(s.kernels[4].strategy().find("W read K-major in place"), std::string::npos);
+  expect_sim_ok(std::move(g), "pre_lin");
+}
+
 // A weightless rms_norm read only by a decode-size matmul is fused into the GEMV (row-rms
 // epilogue, no rms_norm kernel); one that is also an output, or has a weight, is not.
 TEST(SimPredefined, RmsNormFusedIntoGemv) {

@@ -149,6 +149,34 @@ struct EpiSiluMulFast {
   }
 };
 
+// silu(v0 + bias[n]) (linear_act's epilogue).
+template <typename T>
+struct EpiBiasSilu {
+  const T* bias;
+  __device__ float operator()(float v0, float, int, int n) const {
+    const float x = v0 + to_f32(bias[n]);
+    return x / (1.0f + expf(-x));
+  }
+};
+
+// Parts of it, and the same with fast intrinsics (diagnostics: what the epilogue's time is).
+template <typename T>
+struct EpiBias {
+  const T* bias;
+  __device__ float operator()(float v0, float, int, int n) const { return v0 + to_f32(bias[n]); }
+};
+struct EpiSilu {
+  __device__ float operator()(float v0, float, int, int) const { return v0 / (1.0f + expf(-v0)); }
+};
+template <typename T>
+struct EpiBiasSiluFast {
+  const T* bias;
+  __device__ float operator()(float v0, float, int, int n) const {
+    const float x = v0 + to_f32(bias[n]);
+    return __fdividef(x, 1.0f + __expf(-x));
+  }
+};
+
 template <typename T, class G, class Epi2 = WgmmaEpiSiluMul>
 Launch new_ws(Problem<T>& p, WgmmaWsTuning tune = WgmmaWsTuning()) {
   return [&p, tune](int s, cudaStream_t st) {
@@ -242,6 +270,8 @@ int main(int argc, char** argv) {
     run("mm1 4096 f16 new cl1 s6", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 1>>(p), filter);
     run("mm1 4096 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
     run("mm1 4096 f16 new cl2 s6", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 2>>(p), filter);
+    run("mm1 4096 f16 new cl1 s6 pp", p, new_ws<H, WgmmaGemmWS<H, 1, 6, 1, false, true>>(p),
+        filter);
   }
   {
     Problem<BF> p(4096, 4096, 4096, 2);
@@ -265,6 +295,61 @@ int main(int argc, char** argv) {
     Problem<H> p(4000, 4040, 4000, 1);
     run("mm1 4000x4040x4000 f16 new cl1 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 1>>(p), filter);
     run("mm1 4000x4040x4000 f16 new cl2 s4", p, new_ws<H, WgmmaGemmWS<H, 1, 4, 2>>(p), filter);
+  }
+  {
+    // nn.Linear shapes (linear_act: X [M, 4096] W^T, W [14336, 4096] bf16): the weight read
+    // N-major (W^T stored) or K-major (W stored, KB), with the identity or a bias + silu epilogue.
+    // Timing only where the layout is K-major (the check reads the buffers N-major: its error
+    // is meaningless there).
+    for (int m : {4096, 512}) {
+      Problem<BF> p(m, 14336, 4096, 1);
+      BF* bias = p.W1[0];  // any 14336 values
+      const std::string tag = "linear m" + std::to_string(m);
+      run(tag + " bf16 N-major s6", p, new_ws<BF, WgmmaGemmWS<BF, 1, 6, 1>>(p), filter);
+      run(tag + " bf16 N-major s4", p, new_ws<BF, WgmmaGemmWS<BF, 1, 4, 1>>(p), filter);
+      run(tag + " bf16 N-major s4 cl2", p, new_ws<BF, WgmmaGemmWS<BF, 1, 4, 2>>(p), filter);
+      auto kmaj = [&p, bias](auto g, bool epi, WgmmaWsTuning tune) -> Launch {
+        using G = decltype(g);
+        return [&p, bias, epi, tune](int s, cudaStream_t st) {
+          if (epi)
+            return wgmma_ws_gemm_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.K, p.C, p.ldc, p.M,
+                                           p.N, p.K, EpiBiasSilu<BF>{bias}, st, tune);
+          return wgmma_ws_gemm_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.K, p.C, p.ldc, p.M, p.N,
+                                         p.K, WgmmaEpiIdentity(), st, tune);
+        };
+      };
+      run(tag + " bf16 K-major s6 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 6, 1, true>(), false, tuning(8)), filter);
+      run(tag + " bf16 K-major s6 bias-silu (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 6, 1, true>(), true, tuning(8)), filter);
+      auto kmaj_epi = [&p](auto g, auto epi) -> Launch {
+        using G = decltype(g);
+        return [&p, epi](int s, cudaStream_t st) {
+          return wgmma_ws_gemm_launch<G>(p.X[s], p.lda, p.W0[s], p.W0[s], p.K, p.C, p.ldc, p.M, p.N,
+                                         p.K, epi, st);
+        };
+      };
+      using K6 = WgmmaGemmWS<BF, 1, 6, 1, true>;
+      run(tag + " bf16 K-major s6 bias (err n/a)", p, kmaj_epi(K6(), EpiBias<BF>{bias}), filter);
+      run(tag + " bf16 K-major s6 silu (err n/a)", p, kmaj_epi(K6(), EpiSilu()), filter);
+      run(tag + " bf16 K-major s6 bias-silu-fast (err n/a)", p,
+          kmaj_epi(K6(), EpiBiasSiluFast<BF>{bias}), filter);
+      using P6 = WgmmaGemmWS<BF, 1, 6, 1, true, true>;
+      run(tag + " bf16 K-major s6 pp (err n/a)", p, kmaj(P6(), false, tuning(8)), filter);
+      run(tag + " bf16 K-major s6 pp bias-silu (err n/a)", p, kmaj(P6(), true, tuning(8)), filter);
+      run(tag + " bf16 K-major s6 pp bias-silu-fast (err n/a)", p,
+          kmaj_epi(P6(), EpiBiasSiluFast<BF>{bias}), filter);
+      run(tag + " bf16 K-major s4 pp cl2 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 4, 2, true, true>(), false, tuning(8)), filter);
+      run(tag + " bf16 K-major s4 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 4, 1, true>(), false, tuning(8)), filter);
+      run(tag + " bf16 K-major s4 cl2 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 4, 2, true>(), false, tuning(8)), filter);
+      run(tag + " bf16 K-major s6 g4 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 6, 1, true>(), false, tuning(4)), filter);
+      run(tag + " bf16 K-major s6 g16 (err n/a)", p,
+          kmaj(WgmmaGemmWS<BF, 1, 6, 1, true>(), false, tuning(16)), filter);
+    }
   }
   printf("\n%-46s %9s %8s %9s\n", "configuration", "us", "TFLOP/s", "rel_l2");
   bool ok = true;

@@ -803,12 +803,25 @@ void test_gemm(int M, int N, int K, int pad = 2, WgmmaWsTuning tune = WgmmaWsTun
   DBuf<TO> dC(size_t(M) * ldc);
   DBuf<float> dbias(N);
   dA.upload(A), dB.upload(B), dbias.upload(bias);
+  // A K-major B (WgmmaGemmWS with KB) reads B^T [N][ldbt].
+  bool kb = false;
+  if constexpr (KIND == 2) kb = Cfg::kKB;
+  const int ldbt = round_up(K, 8) + 8;
+  DBuf<T> dBt(kb ? size_t(N) * ldbt : 1);
+  if (kb) {
+    std::vector<T> bt(dBt.n, f2h<T>(0.0f));
+    for (int k = 0; k < K; ++k)
+      for (int n = 0; n < N; ++n) bt[size_t(n) * ldbt + k] = B[size_t(k) * ldb + n];
+    dBt.upload(bt);
+  }
+  const T* bop = kb ? dBt.p : dB.p;
+  const int ldbop = kb ? ldbt : ldb;
   cudaError_t e;
   if constexpr (KIND == 2 && BIAS) {
-    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, dB.p, dB.p, ldb, dC.p, ldc, M, N, K,
+    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, bop, bop, ldbop, dC.p, ldc, M, N, K,
                                   WsEpiBiasRelu{dbias.p}, 0, tune);
   } else if constexpr (KIND == 2) {
-    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, dB.p, dB.p, ldb, dC.p, ldc, M, N, K,
+    e = wgmma_ws_gemm_launch<Cfg>(dA.p, lda, bop, bop, ldbop, dC.p, ldc, M, N, K,
                                   WgmmaEpiIdentity(), 0, tune);
   } else if constexpr (WGMMA && BIAS) {
     e = wgmma_gemm_launch<Cfg>(dA.p, lda, dB.p, ldb, dC.p, ldc, M, N, K, EpiBiasRelu{dbias.p}, 0);
@@ -844,8 +857,8 @@ void test_gemm(int M, int N, int K, int pad = 2, WgmmaWsTuning tune = WgmmaWsTun
   char name[160];
   char extra[64] = "";
   if constexpr (KIND == 2)
-    snprintf(extra, sizeof extra, "_cl%d_ldc+%d%s", Cfg::kCluster, pad,
-             tune.max_clusters > 0 ? "_capped" : "");
+    snprintf(extra, sizeof extra, "_cl%d_ldc+%d%s%s", Cfg::kCluster, pad,
+             tune.max_clusters > 0 ? "_capped" : "", kb ? "_kmajor_b" : "");
   snprintf(name, sizeof name, "%s.%s_%dx%dx%d_tile%dx%dx%d_s%d_%s%s%s",
            KIND == 2 ? "wgmma_ws"
            : WGMMA   ? "wgmma"
@@ -890,8 +903,23 @@ void test_wgmma_dual(int M, int N, int K, int pad = 0, WgmmaWsTuning tune = Wgmm
        B1 = random_vec<T>(size_t(K) * ldb);
   DBuf<T> dA(A.size()), dB0(B0.size()), dB1(B1.size()), dC(size_t(M) * ldc);
   dA.upload(A), dB0.upload(B0), dB1.upload(B1);
-  CK((wgmma_ws_gemm_launch<G>(dA.p, lda, dB0.p, dB1.p, ldb, dC.p, ldc, M, N, K, WgmmaEpiSiluMul(),
-                              0, tune)));
+  if constexpr (G::kKB) {  // the weights as B^T [N][K + 8]
+    const int ldbt = lda + 8;
+    std::vector<T> t0(size_t(N) * ldbt, f2h<T>(0.0f)), t1(t0);
+    for (int k = 0; k < K; ++k)
+      for (int n = 0; n < N; ++n) {
+        t0[size_t(n) * ldbt + k] = B0[size_t(k) * ldb + n];
+        t1[size_t(n) * ldbt + k] = B1[size_t(k) * ldb + n];
+      }
+    DBuf<T> d0(t0.size()), d1(t1.size());
+    d0.upload(t0), d1.upload(t1);
+    CK((wgmma_ws_gemm_launch<G>(dA.p, lda, d0.p, d1.p, ldbt, dC.p, ldc, M, N, K, WgmmaEpiSiluMul(),
+                                0, tune)));
+    CK(cudaDeviceSynchronize());
+  } else {
+    CK((wgmma_ws_gemm_launch<G>(dA.p, lda, dB0.p, dB1.p, ldb, dC.p, ldc, M, N, K, WgmmaEpiSiluMul(),
+                                0, tune)));
+  }
   CK_LAUNCH();
   auto C = dC.download();
   std::vector<double> ref(size_t(M) * ldc), r0(N), r1(N);
@@ -914,8 +942,9 @@ void test_wgmma_dual(int M, int N, int K, int pad = 0, WgmmaWsTuning tune = Wgmm
   const double err = rel_l2(C, ref);
   const double thr = std::is_same_v<T, __half> ? 2e-3 : 1e-2;
   char name[160];
-  snprintf(name, sizeof name, "wgmma_ws.dual_silu_mul_%s_%dx%dx%d_s%d_cl%d_ldc+%d%s", tname<T>(), M,
-           N, K, G::kStages, G::kCluster, pad, tune.max_clusters > 0 ? "_capped" : "");
+  snprintf(name, sizeof name, "wgmma_ws.dual_silu_mul_%s_%dx%dx%d_s%d_cl%d_ldc+%d%s%s", tname<T>(),
+           M, N, K, G::kStages, G::kCluster, pad, tune.max_clusters > 0 ? "_capped" : "",
+           G::kKB ? "_kmajor_b" : "");
   report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
 }
 
@@ -953,6 +982,23 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_wgmma_dual<H>(520, 392, 1000, 0, cap1);
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 3, 1>>(77, 40, 522, 0, cap1);
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 4, 2>>(390, 264, 200, 8, cap2);
+  // K-major B (nn.Linear weights, B^T [N][K]): one and two weights, clusters of 1 and 2,
+  // ragged edges, capped persistent grids, both epilogue paths.
+  test_gemm<WgmmaGemmWS<H, 1, 6, 1, true>, H, false, 2>(256, 256, 1024);
+  test_gemm<WgmmaGemmWS<BF, 1, 6, 1, true>, BF, true, 2>(300, 392, 1000, 8, cap2);
+  test_gemm<WgmmaGemmWS<BF, 1, 4, 2, true>, float, true, 2>(520, 264, 136, 8, cap1);
+  test_gemm<WgmmaGemmWS<H, 1, 4, 2, true>, H, false, 2>(77, 40, 522);
+  // Ping-pong (whole tiles per consumer warpgroup, alternating): both layouts, clusters of 1 and
+  // 2, capped grids (each warpgroup walks several tiles, the ring order alternating them), odd
+  // tile rows, f32 outputs (direct stores) and the staged epilogue.
+  test_gemm<WgmmaGemmWS<BF, 1, 6, 1, true, true>, BF, true, 2>(300, 392, 1000, 8, cap2);
+  test_gemm<WgmmaGemmWS<H, 1, 6, 1, false, true>, H, false, 2>(520, 264, 1024, 8, cap1);
+  test_gemm<WgmmaGemmWS<H, 1, 4, 2, true, true>, H, true, 2>(390, 520, 200, 8, cap2);
+  test_gemm<WgmmaGemmWS<BF, 1, 5, 2, false, true>, float, true, 2>(77, 40, 522, 2);
+  test_gemm<WgmmaGemmWS<BF, 1, 6, 1, true, true>, BF, false, 2>(256, 256, 1024, 2);
+  test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 4, 2, true>>(260, 264, 1030);
+  test_wgmma_dual<H, WgmmaGemmWS<H, 2, 4, 1, true>>(300, 136, 520, 8, cap2);
+  test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 3, 2, true>>(390, 264, 200, 8, cap2);
 }
 
 // ---- gemv.cuh ----------------------------------------------------------------------------------
@@ -970,16 +1016,27 @@ struct GemvEpiCoords {  // checks the (m, n) the epilogue is handed
 // against a float64 CPU reference; the padding columns of out (N .. ldo) must stay NaN.
 template <typename T, typename TO, int NW, class Epi, class Launch>
 void check_gemv(const std::string& name, int M, int N, int K, int ldx, int ldw, int ldo,
-                const Launch& launch, const float* h_row_scale, int repeats) {
+                const Launch& launch, const float* h_row_scale, int repeats, int ldwt = 0) {
   DBuf<T> dX(size_t(M) * ldx), dW0(size_t(K) * ldw), dW1(size_t(K) * ldw);
+  // ldwt > 0: the launch reads the weights K-major, as W^T [N][ldwt] copies of W0, W1.
+  DBuf<T> dW0t(ldwt > 0 ? size_t(N) * ldwt : 1), dW1t(ldwt > 0 ? size_t(N) * ldwt : 1);
   DBuf<TO> dout(size_t(M) * ldo);
   double worst = 0;
   int bad_pad = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     auto X = random_vec<T>(dX.n), W0 = random_vec<T>(dW0.n), W1 = random_vec<T>(dW1.n);
     dX.upload(X), dW0.upload(W0), dW1.upload(W1);
+    if (ldwt > 0) {
+      std::vector<T> t0(dW0t.n, f2h<T>(0.0f)), t1(dW1t.n, f2h<T>(0.0f));
+      for (int k = 0; k < K; ++k)
+        for (int n = 0; n < N; ++n) {
+          t0[size_t(n) * ldwt + k] = W0[size_t(k) * ldw + n];
+          t1[size_t(n) * ldwt + k] = W1[size_t(k) * ldw + n];
+        }
+      dW0t.upload(t0), dW1t.upload(t1);
+    }
     dout.poison();
-    CK(launch(dX.p, dW0.p, dW1.p, dout.p));
+    CK(ldwt > 0 ? launch(dX.p, dW0t.p, dW1t.p, dout.p) : launch(dX.p, dW0.p, dW1.p, dout.p));
     CK_LAUNCH();
     auto out = dout.download();
     std::vector<double> ref(out.size(), 0.0);
@@ -1127,19 +1184,23 @@ static void test_gemv_cluster(const cudaDeviceProp& prop) {
 
 // ---- gemv_tma.cuh ------------------------------------------------------------------------------
 
-// gemv_tma_launch with exactly `splits` CTAs per cluster (empty k-ranges included).
-template <typename T, typename TO, int MT, int NW, int BN, int BK, int ST, class Epi>
+// gemv_tma_launch with exactly `splits` CTAs per cluster (empty k-ranges included); WK: the
+// weights given K-major (W^T [N][K + 8], nn.Linear's layout).
+template <typename T, typename TO, int MT, int NW, int BN, int BK, int ST, class Epi,
+          bool WK = false>
 void test_gemv_tma(int M, int N, int K, int splits, Epi epi, const char* epi_name,
                    const float* h_row_scale = nullptr, int repeats = 2) {
-  const int ldx = K + 8, ldw = N + 8, ldo = N + 8;
+  const int ldx = K + 8, ldw = N + 8, ldo = N + 8, ldwt = K + 8;
   auto launch = [&](const T* X, const T* W0, const T* W1, TO* out) {
-    return gemv_tma_launch<T, TO, MT, NW, BN, BK, ST, 1, Epi>(X, ldx, W0, W1, ldw, out, ldo, M, N,
-                                                              K, splits, 0, epi);
+    return gemv_tma_launch<T, TO, MT, NW, BN, BK, ST, 1, Epi, WK>(
+        X, ldx, W0, W1, WK ? ldwt : ldw, out, ldo, M, N, K, splits, 0, epi);
   };
   char name[200];
-  snprintf(name, sizeof name, "gemv_tma.%s_m%d_n%d_k%d_mt%d_nw%d_bn%d_bk%d_st%d_splits%d_%s_%s",
-           tname<T>(), M, N, K, MT, NW, BN, BK, ST, splits, tname<TO>(), epi_name);
-  check_gemv<T, TO, NW, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, repeats);
+  snprintf(name, sizeof name, "gemv_tma.%s_m%d_n%d_k%d_mt%d_nw%d_bn%d_bk%d_st%d_splits%d_%s_%s%s",
+           tname<T>(), M, N, K, MT, NW, BN, BK, ST, splits, tname<TO>(), epi_name,
+           WK ? "_kmajor" : "");
+  check_gemv<T, TO, NW, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, repeats,
+                             WK ? ldwt : 0);
 }
 
 // The TMA-streamed GEMV: every cluster size, ragged N (not a multiple of BN) and K (not a multiple
@@ -1195,6 +1256,18 @@ static void test_gemv_tma_all(const cudaDeviceProp& prop) {
                                          "rmsnorm");
   test_gemv_tma<H, H, 4, 1, 64, 64, 8>(32, 6144, 4096, 1, GemvRmsNorm{1.0f / 4096, 1e-6f},
                                        "rmsnorm", nullptr, 1);
+  // K-major weights (W^T [N][K]): every column-block width, ragged N and K, splits, two weights,
+  // bf16, the row-sum epilogue.
+  test_gemv_tma<BF, BF, 1, 1, 64, 64, 4, GemvIdentity, true>(1, 4104, 4104, 3, id, "id");
+  test_gemv_tma<H, H, 2, 1, 128, 128, 4, GemvIdentity, true>(16, 1000, 2056, 5, id, "id");
+  test_gemv_tma<BF, float, 4, 1, 256, 64, 4, GemvIdentity, true>(27, 1288, 3000, 2, id, "id");
+  test_gemv_tma<H, H, 1, 1, 64, 256, 2, GemvIdentity, true>(8, 200, 8200, 8, id, "id");
+  test_gemv_tma<BF, BF, 2, 2, 128, 64, 4, GemvSiluMul, true>(16, 1032, 1024, 5, GemvSiluMul(),
+                                                             "silu_mul");
+  test_gemv_tma<H, H, 1, 2, 64, 128, 4, GemvSiluMul, true>(1, 1032, 2056, 1, GemvSiluMul(),
+                                                           "silu_mul");
+  test_gemv_tma<BF, BF, 4, 1, 128, 64, 4, GemvRmsNorm, true>(
+      32, 264, 4104, 5, GemvRmsNorm{1.0f / 4104, 1e-6f}, "rmsnorm");
   {
     DBuf<H> x(64 * 1032), w(1032 * 64), o(64 * 64);
     const cudaError_t e9 =

@@ -42,9 +42,13 @@ struct KernelPlan {
   // of its own; the kernel of op fused_into does its work. prologue_op >= 0: this kernel does
   // the work of op prologue_op on its inputs (a weightless rms_norm before a GEMV, an elementwise
   // op before a row rms_norm), and stores that op's output too when prologue_stores.
+  // view_op >= 0: op view_op is a transpose whose output this kernel reads in place, from the
+  // transpose's input with the other layout (a K-major matmul operand: an access pattern, not a
+  // kernel); that op gets no kernel and its output is not materialised.
   int fused_into = -1;
   int prologue_op = -1;
   bool prologue_stores = false;
+  int view_op = -1;
   int64_t scratch_offset = -1;  // workspace bytes the kernel needs for itself
   int64_t scratch_bytes = 0;
 

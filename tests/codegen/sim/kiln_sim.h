@@ -746,22 +746,30 @@ struct GemvRmsNorm {
   }
 };
 
-template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
-          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
-inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, int64_t ldw, TO* out,
-                               int64_t ldo, int M, int N, int K, int, float*, int*, cudaStream_t,
-                               Epi epi = Epi()) {
-  if (M > 8 * MT) kiln_sim::fail("gemv: M > 8 MT");
+// Y = epi(X W) with W read at W0[k * sk + n * sn] (N-major: sk = ldw, sn = 1; K-major: W given
+// as W^T, sk = 1, sn = ldw).
+template <typename T, typename TO, class Epi>
+inline void gemv_ref(const T* X, int64_t ldx, const T* W0, int64_t sk, int64_t sn, TO* out,
+                     int64_t ldo, int M, int N, int K, Epi epi) {
   for (int m = 0; m < M; ++m) {
     float rowsq = 0.0f;
     if (Epi::kRowSumSq)
       for (int k = 0; k < K; ++k) rowsq += to_f32(X[m * ldx + k]) * to_f32(X[m * ldx + k]);
     for (int n = 0; n < N; ++n) {
       float acc = 0.0f;
-      for (int k = 0; k < K; ++k) acc += to_f32(X[m * ldx + k]) * to_f32(W0[int64_t(k) * ldw + n]);
+      for (int k = 0; k < K; ++k) acc += to_f32(X[m * ldx + k]) * to_f32(W0[k * sk + n * sn]);
       out[m * ldo + n] = from_f32<TO>(epi(acc, 0.0f, m, n, rowsq));
     }
   }
+}
+
+template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
+          int MIN_BLOCKS = 1, class Epi = GemvIdentity>
+inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T*, int64_t ldw, TO* out,
+                               int64_t ldo, int M, int N, int K, int, float*, int*, cudaStream_t,
+                               Epi epi = Epi()) {
+  if (M > 8 * MT) kiln_sim::fail("gemv: M > 8 MT");
+  gemv_ref(X, ldx, W0, ldw, 1, out, ldo, M, N, K, epi);
   return cudaSuccess;
 }
 
@@ -776,21 +784,28 @@ inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, con
 }
 
 // The TMA-streamed GEMV computes the same function (its own k order, as any tiling).
+// WK: W0 is given as W^T [N][K] (ldw its row stride).
 template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS = 1,
-          class Epi = GemvIdentity>
-inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T* W1, int64_t ldw,
+          class Epi = GemvIdentity, bool WK = false>
+inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T*, int64_t ldw,
                                    TO* out, int64_t ldo, int M, int N, int K, int splits,
-                                   cudaStream_t stream, Epi epi = Epi()) {
+                                   cudaStream_t, Epi epi = Epi()) {
   if (splits < 1 || splits > 8) kiln_sim::fail("gemv_tma: splits outside 1..8");
   if (MT != 1 && MT != 2 && MT != 4) kiln_sim::fail("gemv_tma: MT not in {1, 2, 4}");
   if (ldx % 8 != 0 || ldw % 8 != 0 || N % 8 != 0) kiln_sim::fail("gemv_tma: TMA strides");
-  return gemv_launch<T, TO, MT, NW, 1, 4, 1, MIN_BLOCKS, Epi>(
-      X, ldx, W0, W1, ldw, out, ldo, M, N, K, splits, nullptr, nullptr, stream, epi);
+  if (M > 8 * MT) kiln_sim::fail("gemv_tma: M > 8 MT");
+  if (ldw < (WK ? K : N)) kiln_sim::fail("gemv_tma: ldw below the row length");
+  gemv_ref(X, ldx, W0, WK ? 1 : ldw, WK ? ldw : 1, out, ldo, M, N, K, epi);
+  return cudaSuccess;
 }
 
-template <typename T, int NB, int STAGES>
+// KB: B0 is given as B^T [N][K] (ldb its row stride); CLUSTER and PP (ping-pong) change only how
+// the GPU kernel is scheduled.
+template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1), bool KB = false,
+          bool PP = false>
 struct WgmmaGemmWS {
   using Elem = T;
+  static constexpr bool kKB = KB;
 };
 struct WgmmaEpiIdentity {
   float operator()(float v0, float, int, int) const { return v0; }
@@ -803,7 +818,9 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::Elem* A, int64_t lda,
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       float acc = 0.0f;
-      for (int k = 0; k < K; ++k) acc += to_f32(A[m * lda + k]) * to_f32(B0[int64_t(k) * ldb + n]);
+      for (int k = 0; k < K; ++k)
+        acc += to_f32(A[m * lda + k]) *
+               to_f32(G::kKB ? B0[int64_t(n) * ldb + k] : B0[int64_t(k) * ldb + n]);
       C[m * ldc + n] = from_f32<TO>(epi(acc, 0.0f, m, n));
     }
   return cudaSuccess;

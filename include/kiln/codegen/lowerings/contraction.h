@@ -6,12 +6,16 @@
 // its single output,
 //   out[m, n] = f(sum_k A[m, k] B_0[k, n], ..., sum_k A[m, k] B_{j}[k, n], E_0[m, n], ...)
 // with one or two weights B_j sharing the activation A, f an elementwise expression of the
-// accumulators, of aligned [M, N] tensors E_i and of constants. The block graph's own tiling
+// accumulators, of tensors E_i broadcast to [M, N] (an [M, N] tensor, a bias [N] or [1, N], a
+// per-row [M, 1], a scalar) and of constants. Each B_j is a [K, N] input tile, or the transpose of
+// an [N, K] input tile (PyTorch's nn.Linear weight, which the runtime reads K-major in place:
+// no transpose is materialised). The block graph's own tiling
 // (grid, loop, tile sizes) is a schedule choice that the lowering replaces with the runtime's
 // 128 x 128 x 64 tiles; the value of every output element is unchanged (up to float
 // reassociation of the k-sum, as with any tiling).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +30,11 @@ namespace kiln {
 struct ContractionPlan {
   int a = -1;                   // block-graph input index of A [M, K]
   std::vector<int> b;           // block-graph input indices of B_0 (, B_1) [K, N]
-  std::vector<int> epi_inputs;  // block-graph input indices of the E_i [M, N], in order
+  std::vector<int> epi_inputs;  // block-graph input indices of the E_i, in order
+  // Per E_i, its element strides along m and n (0 along a broadcast dim): E_i at [m, n] is
+  // element m * epi_strides[i][0] + n * epi_strides[i][1].
+  std::vector<std::array<int64_t, 2>> epi_strides;
+  bool b_kmajor = false;  // the B_j are given as B_j^T [N, K] (every one of them)
   int64_t m = 0, n = 0, k = 0;
   DType ab = DType::F16;   // operand dtype (f16 or bf16)
   DType out = DType::F16;  // output dtype

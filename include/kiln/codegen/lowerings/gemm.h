@@ -7,8 +7,11 @@
 
 namespace kiln {
 
-// Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles, 6 stages).
+// Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles, 6 stages). Where B
+// is a transpose of an [N, K] tensor (kmajor_b_source), the GEMM reads that tensor K-major in
+// place (KernelPlan::view_op) and the transpose runs no kernel.
 struct WgmmaGemmKernel {
+  bool b_kmajor = false;
   KILN_LOWERING(WgmmaGemmKernel);
 };
 

@@ -32,6 +32,8 @@ struct GemvKernel {
   // Set where the matmul runs as the TMA-streamed GEMV instead (the fields above do not apply).
   std::optional<GemvTmaShape> tma;
   bool rms = false;  // A = rms_norm(X) is done here (KernelPlan::prologue_op)
+  // B = W^T of an [N, K] tensor W read K-major in place (TMA GEMV only; KernelPlan::view_op).
+  bool b_kmajor = false;
   KILN_LOWERING(GemvKernel);
 };
 
