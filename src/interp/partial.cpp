@@ -113,10 +113,14 @@ class Planner {
             bb(sb.begin(), sb.end() - 2);
         BroadcastMap map_a(batch, ba), map_b(batch, bb);
         const int64_t m = so[so.size() - 2], k = sa.back();
+        // B's rows depend only on the batch index: flag them once per B batch (a GEMM's rows
+        // would otherwise flag all of B once per output row).
+        std::vector<uint8_t> b_done(static_cast<size_t>(std::max<int64_t>(1, numel(bb))), 0);
         for (int64_t r = 0; r < rows; ++r) {
           if (!mo[r]) continue;
           const int64_t bi = r / m;
           need_row(op.inputs[0], map_a(bi) * m + r % m);
+          if (b_done[map_b(bi)]++) continue;
           for (int64_t p = 0; p < k; ++p) need_row(op.inputs[1], map_b(bi) * k + p);
         }
         return;
@@ -161,8 +165,14 @@ class Planner {
         const int rk = static_cast<int>(so.size());
         std::vector<int> perm = transpose_perm(op.attrs, rk);
         const bool cols_matter = rk >= 1 && perm[rk - 1] != rk - 1;
+        // Stops once every input row is flagged: a 2-D transpose's first row reads them all, and
+        // walking the rest element by element took tens of seconds on a 14336 x 4096 weight.
+        const RowMask& mi = mask(in);
         for (int64_t r = 0; r < rows; ++r) {
           if (!mo[r]) continue;
+          if (cols_matter && r > 0 && mi[0] && mi.back() &&
+              std::all_of(mi.begin(), mi.end(), [](uint8_t f) { return f != 0; }))
+            break;
           for (int64_t c = 0; c < (cols_matter ? num_cols(so) : 1); ++c)
             need_elements(in, r, c, so, -1, [&](const Index& oi, Index& ii) {
               for (int i = 0; i < rk; ++i) ii[perm[i]] = oi[i];
