@@ -58,8 +58,10 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
   // 3 rmsnorm_linear + 4 gated_mlp + 3 gqa + lora + 4 add_rmsnorm + 12 skinny_gemm + default +
   // 3 double_norm (the benchmark suite, all f16) + activations (Kiln's extension ops, bf16, f32)
   // + attention_softmax and rms_qk_attention (issue 16's attention specs) + linear_mean (bf16,
-  // m 16 and 1024) and lowrank (issue 17's algebra cases).
-  EXPECT_EQ(files.size(), 37u);
+  // m 16 and 1024) and lowrank (issue 17's algebra cases) + 4 linear_act and 3 swiglu (bf16,
+  // nn.Linear layout; issue 15). examples/nn_linear/ holds the nn.Linear twins of the f16 matmul
+  // cases (TwinsOfTheMatmulCases).
+  EXPECT_EQ(files.size(), 44u);
   for (const fs::path& f : files) {
     SCOPED_TRACE(f.string());
     KernelGraph g = parse_spec_file(f.string());
@@ -67,7 +69,9 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
     EXPECT_FALSE(g.doc.empty());
     EXPECT_EQ(g.doc.find('\n'), std::string::npos);
     EXPECT_TRUE(g.is_spec());
-    if (g.name == "activations" || g.name.rfind("linear_mean", 0) == 0) continue;  // bf16
+    if (g.name == "activations" || g.name.rfind("linear_", 0) == 0 ||
+        g.name.rfind("swiglu", 0) == 0)
+      continue;  // bf16
     // Inputs and outputs are f16; an intermediate is f16 or, where its range is unbounded
     // (store_unbounded_intermediates: attention's exponentials) or it is a constant, f32.
     for (int t : g.inputs) EXPECT_EQ(g.tensor(t).dtype, DType::F16) << g.tensor(t).name;
@@ -77,6 +81,45 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
     for (const TensorDesc& t : g.tensors)
       EXPECT_TRUE(t.dtype == DType::F16 || (t.dtype == DType::F32 && attention)) << t.name;
   }
+}
+
+// examples/nn_linear/NAME.json is examples/NAME.json with every matmul weight stored as nn.Linear
+// keeps it, (N, K), and read through a transpose (scripts/nn_linear_variants.py): the same
+// inputs otherwise, the same outputs, one transpose per weight.
+TEST(SpecParser, TwinsOfTheMatmulCases) {
+  int twins = 0;
+  for (const auto& e :
+       fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "examples" / "nn_linear")) {
+    SCOPED_TRACE(e.path().string());
+    KernelGraph nk = parse_spec_file(e.path().string());
+    KernelGraph kn =
+        parse_spec_file((fs::path(KILN_SOURCE_DIR) / "examples" / e.path().filename()).string());
+    EXPECT_EQ(nk.name, kn.name + "_nk");
+    ASSERT_EQ(nk.inputs.size(), kn.inputs.size());
+    // Each transpose reads an input whose shape is its twin's, swapped; every other input is
+    // unchanged.
+    std::set<int> weights;
+    for (const KernelOp& op : nk.ops) {
+      if (op.kind != OpKind::Transpose) continue;
+      auto it = std::find(nk.inputs.begin(), nk.inputs.end(), op.inputs[0]);
+      ASSERT_NE(it, nk.inputs.end());
+      weights.insert(static_cast<int>(it - nk.inputs.begin()));
+    }
+    EXPECT_GE(weights.size(), 1u);
+    for (size_t i = 0; i < kn.inputs.size(); ++i) {
+      const TensorDesc &a = kn.tensor(kn.inputs[i]), &b = nk.tensor(nk.inputs[i]);
+      EXPECT_EQ(a.dtype, b.dtype);
+      const Shape want =
+          weights.count(static_cast<int>(i)) ? Shape{a.shape[1], a.shape[0]} : a.shape;
+      EXPECT_EQ(b.shape, want);
+    }
+    ASSERT_EQ(nk.outputs.size(), kn.outputs.size());
+    for (size_t i = 0; i < kn.outputs.size(); ++i)
+      EXPECT_EQ(nk.tensor(nk.outputs[i]).shape, kn.tensor(kn.outputs[i]).shape);
+    ++twins;
+  }
+  // 3 rmsnorm_linear + 4 gated_mlp + lora + 13 skinny_gemm.
+  EXPECT_EQ(twins, 21);
 }
 
 TEST(SpecParser, ExamplesHaveTheBenchmarkShapes) {

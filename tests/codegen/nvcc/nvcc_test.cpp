@@ -68,7 +68,8 @@ TEST_P(NvccExample, EmittedFileAndHarnessCompile) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, NvccExample,
                          ::testing::Values("rmsnorm_linear", "gated_mlp", "gqa", "lora",
-                                           "add_rmsnorm", "skinny_gemm", "gated_mlp_m4096"));
+                                           "add_rmsnorm", "skinny_gemm", "gated_mlp_m4096",
+                                           "linear_act_m512", "swiglu"));
 
 }  // namespace
 }  // namespace kiln
