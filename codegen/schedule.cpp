@@ -217,7 +217,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
       KILN_ASSERT(ctx.can_take_over(kp.view_op) && kp.view_op != kp.prologue_op,
                   "{} reads op {} in place, which is not free", kp.kernel, kp.view_op);
       KernelPlan& pp = s.kernels[kp.view_op];
-      pp.plan = FusedIntoKernel{kp.kernel};
+      pp.plan = FusedIntoKernel{kp.kernel, true};
       pp.fused_into = static_cast<int>(k);
       pp.grid = 0;
       pp.threads = 0;

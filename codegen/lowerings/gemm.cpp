@@ -16,12 +16,15 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   const KernelOp& op = ctx.g.ops[k];
   if (op.kind != OpKind::MatMul) return std::nullopt;
   const MatmulShape s(ctx.g, op);
-  if (!tensor_core_operands(ctx, op, s) || s.batch != 1 || s.M <= 64 || ctx.t.arch != Arch::Sm90a)
+  // A batch over a 2-D B folds into the rows of one GEMM.
+  const int64_t rows = folded_rows(s);
+  if (!tensor_core_operands(ctx, op, s) || rows <= 64 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
   // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
   WgmmaGemmKernel p;
+  p.rows = rows;
   kp.threads = 384;
-  kp.grid = cdiv(s.N, 128) * cdiv(s.M, 128);
+  kp.grid = cdiv(s.N, 128) * cdiv(rows, 128);
   if (int tr = kmajor_b_source(ctx, op); tr >= 0 && (s.K * dtype_bytes(s.b.dtype)) % 16 == 0) {
     kp.view_op = tr;
     p.b_kmajor = true;
@@ -39,7 +42,7 @@ KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
   const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
   const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
   ContractionPlan p;
-  p.m = a.shape[a.shape.size() - 2];
+  p.m = rows;
   p.k = a.shape.back();
   p.n = b.shape.back();
   p.a = 0;
@@ -60,7 +63,7 @@ void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
       "kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
       "kiln::rt::WgmmaEpiIdentity(), stream);",
       m.TA, b_kmajor ? "true" : "false", m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(b), x.ptr(b),
-      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K);
+      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, rows, m.N, m.K);
   L.line("if (err != cudaSuccess) return err;");
   L.close();
 }

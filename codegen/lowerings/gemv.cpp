@@ -78,11 +78,13 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   const Target& t = ctx.t;
   if (op.kind != OpKind::MatMul) return std::nullopt;
   const MatmulShape s(g, op);
-  const int64_t M = s.M, N = s.N, K = s.K;
-  if (!tensor_core_operands(ctx, op, s) || s.batch != 1 || M > 32 || K % 4 != 0 ||
+  // A batch over a 2-D B folds into the GEMV's rows (folded_rows).
+  const int64_t M = folded_rows(s), N = s.N, K = s.K;
+  if (!tensor_core_operands(ctx, op, s) || M < 1 || M > 32 || K % 4 != 0 ||
       (N * dtype_bytes(s.out.dtype)) % 16 != 0)
     return std::nullopt;
   GemvKernel p;
+  p.rows = M;
   // Where 64-column slabs already give 1.5 blocks per SM: 1 x 8 warps per slab, no
   // split-K (no partials, no second pass). Otherwise 1 x 4 warps per slab and k-splits
   // for about 2.5 blocks per SM. Measured on the H100 (tests/gpu/gemv_sweep.cu,
@@ -174,7 +176,7 @@ KernelCost GemvKernel::cost(const CostContext& x) const {
 void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
   Code& L = m.L;
-  int mt = static_cast<int>(cdiv(m.M, 8));
+  int mt = static_cast<int>(cdiv(rows, 8));
   // A prologue here is A = rms_norm(X) (GemvKernel::match took it over): read X, scale rows at the
   // end.
   const KernelOp* rms_op = rms ? &x.g.ops[kp.prologue_op] : nullptr;
@@ -191,7 +193,7 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
   const int b = b_kmajor ? x.g.ops[kp.view_op].inputs[0] : op.inputs[1];
   const std::string operands = fmt::format(
       "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}", x.ptr(a_in), m.K, x.ptr(b), x.ptr(b),
-      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, m.M, m.N, m.K, kp.splits);
+      b_kmajor ? m.K : m.N, x.ptr(op.outputs[0]), m.N, rows, m.N, m.K, kp.splits);
   if (const std::optional<GemvTmaShape>& v = tma) {
     // The TMA-streamed GEMV.
     const std::string tma_targs = fmt::format(

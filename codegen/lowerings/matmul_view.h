@@ -24,6 +24,16 @@ struct MatmulShape {
         batch(numel(out.shape) / (M * N)) {}
 };
 
+// The rows of one GEMM that computes the whole (batched) matmul: M times the batch where B has no
+// batch dims and A is not broadcast over them (A [.., M, K] and the output [.., M, N] are then
+// one row-major [rows, K] and [rows, N], e.g. nn.Linear over [B, S, K] activations); -1 where
+// the batches need their own products.
+inline int64_t folded_rows(const MatmulShape& s) {
+  if (s.b.shape.size() != 2) return -1;
+  if (numel(s.a.shape) != s.M * s.batch * s.K) return -1;
+  return s.M * s.batch;
+}
+
 // Whether the runtime's tensor-core kernels can take the matmul: operands of one 16-bit type, not
 // folded constants, K and N multiples of 8.
 inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, const MatmulShape& m) {

@@ -55,7 +55,7 @@ std::optional<FusedIntoKernel> FusedIntoKernel::match(const PlanContext&, int, K
   return std::nullopt;
 }
 std::string FusedIntoKernel::describe() const {
-  return "fused into " + into;
+  return in_place ? "read in place by " + into + " (no kernel)" : "fused into " + into;
 }
 KernelCost FusedIntoKernel::cost(const CostContext& x) const {
   return predefined_kernel_cost(x);

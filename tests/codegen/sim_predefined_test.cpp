@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/codegen/lowerings.h"
 #include "kiln/codegen/schedule.h"
 #include "sim_runner.h"
 
@@ -119,12 +120,35 @@ TEST(SimPredefined, TransposedWeightsReadInPlace) {
   b.output(w2t);
   KernelGraph g = std::move(b).finish();
   const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
-  EXPECT_EQ(s.kernels[0].strategy(), "fused into k3_gemm");
-  EXPECT_EQ(s.kernels[1].strategy(), "fused into k4_gemv");
+  EXPECT_EQ(s.kernels[0].strategy(), "read in place by k3_gemm (no kernel)");
+  EXPECT_EQ(s.kernels[1].strategy(), "read in place by k4_gemv (no kernel)");
   EXPECT_NE(s.kernels[2].strategy().rfind("fused into", 0), 0u);  // W2t is an output
   EXPECT_EQ(s.kernels[3].strategy(), "wgmma_ws 128x128x64 s6, B read K-major in place");
   EXPECT_NE(s.kernels[4].strategy().find("W read K-major in place"), std::string::npos);
   expect_sim_ok(std::move(g), "pre_lin");
+}
+
+// Activations with batch dims over a 2-D weight ([B, S, K] x W^T, as nn.Linear is applied to a
+// sequence) fold into the rows of one runtime GEMM / GEMV; a batched weight does not.
+TEST(SimPredefined, BatchedActivationsFoldIntoOneGemm) {
+  KernelGraphBuilder b("fold");
+  int p = b.input("P", {2, 50, 64}, DType::F16);
+  int w = b.input("W", {136, 64}, DType::F16);
+  int x = b.input("X", {2, 1, 1024}, DType::BF16);
+  int v = b.input("V", {4096, 1024}, DType::BF16);
+  int q = b.input("Q", {2, 64, 72}, DType::F16);
+  b.output(b.op(OpKind::MatMul, {p, b.op(OpKind::Transpose, {w}, {}, "Wt")}, {}, "gemm"));
+  b.output(b.op(OpKind::MatMul, {x, b.op(OpKind::Transpose, {v}, {}, "Vt")}, {}, "gemv"));
+  b.output(b.op(OpKind::MatMul, {p, q}, {}, "batched"));
+  KernelGraph g = std::move(b).finish();
+  const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  ASSERT_TRUE(s.kernels[1].as<WgmmaGemmKernel>());
+  EXPECT_EQ(s.kernels[1].as<WgmmaGemmKernel>()->rows, 100);
+  ASSERT_TRUE(s.kernels[3].as<GemvKernel>());
+  EXPECT_EQ(s.kernels[3].as<GemvKernel>()->rows, 2);
+  EXPECT_TRUE(s.kernels[3].as<GemvKernel>()->b_kmajor);
+  EXPECT_FALSE(s.kernels[4].as<WgmmaGemmKernel>());  // Q has a batch: one product per batch
+  expect_sim_ok(std::move(g), "pre_fold");
 }
 
 // A weightless rms_norm read only by a decode-size matmul is fused into the GEMV (row-rms

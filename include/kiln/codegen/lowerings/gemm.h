@@ -12,6 +12,7 @@ namespace kiln {
 // place (KernelPlan::view_op) and the transpose runs no kernel.
 struct WgmmaGemmKernel {
   bool b_kmajor = false;
+  int64_t rows = 0;  // M, or M times the batch folded into one GEMM (folded_rows)
   KILN_LOWERING(WgmmaGemmKernel);
 };
 

@@ -34,6 +34,7 @@ struct GemvKernel {
   bool rms = false;  // A = rms_norm(X) is done here (KernelPlan::prologue_op)
   // B = W^T of an [N, K] tensor W read K-major in place (TMA GEMV only; KernelPlan::view_op).
   bool b_kmajor = false;
+  int64_t rows = 0;  // M, or M times the batch folded into one GEMV (folded_rows)
   KILN_LOWERING(GemvKernel);
 };
 

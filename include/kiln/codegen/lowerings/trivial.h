@@ -26,7 +26,8 @@ struct FoldedConstant {
 // An op whose work another op's kernel does as its prologue (KernelPlan::fused_into): no kernel.
 // Never matched; the planner assigns it when a consumer's lowering takes the op over.
 struct FusedIntoKernel {
-  std::string into;  // the kernel that does the work
+  std::string into;       // the kernel that does the work
+  bool in_place = false;  // a transpose that kernel reads in place (KernelPlan::view_op)
   KILN_LOWERING(FusedIntoKernel);
 };
 
