@@ -18,14 +18,19 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   const MatmulShape s(ctx.g, op);
   // A batch over a 2-D B folds into the rows of one GEMM.
   const int64_t rows = folded_rows(s);
-  if (!tensor_core_operands(ctx, op, s) || rows <= 64 || ctx.t.arch != Arch::Sm90a)
+  if (!tensor_core_operands(ctx, op, s) || rows < 1 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
+  const int tr = kmajor_b_source(ctx, op);
+  const bool kmajor = tr >= 0 && (s.K * dtype_bytes(s.b.dtype)) % 16 == 0;
+  // Past 64 rows; from 33 (where the GEMV stops) where B comes through a transpose: the mma.sync
+  // GEMM reads B N-major only, so there the transpose would rewrite the whole weight first.
+  if (rows <= (kmajor ? 32 : 64)) return std::nullopt;
   // Hopper: the runtime's warp-specialized TMA + wgmma GEMM (128x128x64 tiles).
   WgmmaGemmKernel p;
   p.rows = rows;
   kp.threads = 384;
   kp.grid = cdiv(s.N, 128) * cdiv(rows, 128);
-  if (int tr = kmajor_b_source(ctx, op); tr >= 0 && (s.K * dtype_bytes(s.b.dtype)) % 16 == 0) {
+  if (kmajor) {
     kp.view_op = tr;
     p.b_kmajor = true;
   }

@@ -487,6 +487,22 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
       EXPECT_EQ(so.kernels[1].view_op, -1);
     }
   }
+  // 33 to 64 rows: the wgmma GEMM reads W K-major (the mma.sync GEMM would need W^T written out);
+  // with W stored (K, N) those rows stay on mma.sync.
+  {
+    KernelGraph g = graph(48, 14336, 4096, Arch::Sm90a, false, false);
+    const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+    EXPECT_TRUE(s.kernels[0].as<FusedIntoKernel>());
+    ASSERT_TRUE(s.kernels[1].as<WgmmaGemmKernel>());
+    EXPECT_EQ(s.kernels[1].as<WgmmaGemmKernel>()->rows, 48);
+    KernelGraphBuilder kb("kn", "", Arch::Sm90a);
+    int x = kb.input("X", {48, 4096}, DType::BF16);
+    int w = kb.input("W", {4096, 14336}, DType::BF16);
+    kb.output(kb.op(OpKind::MatMul, {x, w}, {}, "Y"));
+    EXPECT_TRUE(plan_schedule(std::move(kb).finish(), target_for(Arch::Sm90a))
+                    .kernels[0]
+                    .as<GemmTcKernel>());
+  }
   // Weights under 8 MB at decode rows take the register GEMV, which reads N-major only.
   const Schedule small =
       plan_schedule(graph(8, 1024, 1024, Arch::Sm90a, false, false), target_for(Arch::Sm90a));
