@@ -68,7 +68,7 @@ class Matcher {
     const Shape bshape = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != bshape) return false;
-    if (plan.m >= 128 && plan.n >= 128) return true;
+    if (plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
     if (plan.m <= 32) plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_);
     return plan.gemv.has_value();
   }
@@ -140,8 +140,13 @@ class Matcher {
     bool ok = false;
     if (op.kind == OpKind::AccumSum && has_loop_) {
       const BlockOp& in = bg_.ops[op.inputs[0]];
-      ok = in.kind == OpKind::MatMul && in.stage == Stage::Loop && op.shape == tile_ &&
-           matmul_operand(op.inputs[0], out);
+      if (in.kind == OpKind::MatMul) {
+        ok = in.stage == Stage::Loop && op.shape == tile_ && matmul_operand(op.inputs[0], out);
+      } else if (row_sum_of_squares(op)) {
+        plan_->row_sumsq = true;
+        out = "rs";
+        ok = true;
+      }
     } else if (op.kind == OpKind::MatMul && !has_loop_) {
       ok = op.shape == tile_ && matmul_operand(id, out);
     } else if (op.kind == OpKind::Input) {
@@ -188,6 +193,30 @@ class Matcher {
     }
     if (ok) memo_[id] = out;
     return ok;
+  }
+
+  // Whether accumulator `acc` is the sum over K of square(A) per row: accum_sum of a keepdim sum
+  // over the tile's last dim of square(x) or x * x, x the A input read as the matmuls read it.
+  // A is known by then or taken here (the matmuls must then agree).
+  bool row_sum_of_squares(const BlockOp& acc) {
+    const BlockOp& sum = bg_.ops[acc.inputs[0]];
+    if (sum.kind != OpKind::Sum || sum.stage != Stage::Loop || !sum.attrs.keepdim ||
+        sum.inputs.size() != 1 || acc.shape != Shape{tile_[0], 1})
+      return false;
+    const BlockOp& sq = bg_.ops[sum.inputs[0]];
+    if (sum.attrs.dim != 1 && sum.attrs.dim != -1) return false;
+    int x = -1;
+    if (sq.kind == OpKind::Square && sq.inputs.size() == 1) x = sq.inputs[0];
+    if (sq.kind == OpKind::Mul && sq.inputs.size() == 2 && sq.inputs[0] == sq.inputs[1])
+      x = sq.inputs[0];
+    if (x < 0) return false;
+    const BlockOp& a = bg_.ops[x];
+    if (a.kind != OpKind::Input || bg_.inputs[a.io].shape.size() != 2) return false;
+    if (!grid_maps(a, 0, -1) || !loop_maps(a, 1) || bg_.inputs[a.io].shape[0] != plan_->m)
+      return false;
+    if (plan_->a >= 0 && plan_->a != a.io) return false;
+    plan_->a = a.io;
+    return true;
   }
 
   // Whether a tile of shape s broadcasts (numpy rules, right-aligned) to the output tile.
@@ -260,7 +289,7 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
     // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
     kp.splits = static_cast<int>(v->splits);
     kp.grid = v->grid;
-    kp.threads = 160;
+    kp.threads = c->row_sumsq ? 192 : 160;  // + the rows warp
     kp.smem = v->smem;
   } else {
     kp.grid = cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128);
@@ -301,10 +330,11 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   if (c.gemv) {
     // The GEMV's epilogue interface (runtime/gemv.cuh): one more argument, the row's sum of
     // squares, which this functor does not ask for.
-    K.line("static constexpr bool kRowSumSq = false;");
+    K.f("static constexpr bool kRowSumSq = {};", c.row_sumsq ? "true" : "false");
     K.open(
-        "__device__ __forceinline__ float operator()(float v0, float v1, int m, int n, float) "
+        "__device__ __forceinline__ float operator()(float v0, float v1, int m, int n, float rs) "
         "const {");
+    K.line("(void)rs;");
   } else {
     K.open("__device__ __forceinline__ float operator()(float v0, float v1, int m, int n) const {");
   }

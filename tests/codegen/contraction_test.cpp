@@ -207,5 +207,56 @@ TEST(Contraction, TransposedWeightsAndBroadcastEpilogueOperands) {
   EXPECT_NE(cu.find("e1_ptr[int64_t(m) * 1]"), std::string::npos);
 }
 
+// rms_norm(X) W with the scaling deferred: O = (X W) / sqrt(mean(X^2) + eps), the sum of squares
+// accumulated beside the matmul in the block graph, runs as the TMA GEMV with its row-sum-of-
+// squares warp (`rs` in the epilogue); the sum of squares of another input, or at GEMM sizes
+// (no row sums there), does not match.
+BlockGraph rms_gemv(int64_t m, bool other_input) {
+  const int64_t k = 4096, n = 6144;
+  std::vector<TensorDesc> ins = {
+      {"X", {m, k}, DType::F16}, {"W", {k, n}, DType::F16}, {"Z", {m, k}, DType::F16}};
+  BlockGraphBuilder b({n / 64}, 256, {k / 16}, ins);
+  int x = b.input(0, {-1}, {1});
+  int w = b.input(1, {1}, {0});
+  int sq_src = other_input ? b.input(2, {-1}, {1}) : x;
+  Attrs sd;
+  sd.dim = 1;
+  sd.keepdim = true;
+  int ss = b.op(OpKind::AccumSum, {b.op(OpKind::Sum, {b.op(OpKind::Square, {sq_src})}, sd)});
+  int acc = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, w})});
+  Attrs c;
+  c.value = 1.0 / double(k);
+  int mean = b.op(OpKind::Mul, {ss, b.op(OpKind::Constant, {}, c)});
+  int o = b.op(OpKind::Div, {acc, b.op(OpKind::Sqrt, {mean})});
+  b.output(o, {1}, {-1}, DType::F16, "O");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+TEST(Contraction, DeferredRmsNormRunsOnTheGemvRowSums) {
+  const Target& t = target_for(Arch::Sm90a);
+  auto p = match_contraction(rms_gemv(32, false), t);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->row_sumsq);
+  ASSERT_TRUE(p->gemv);
+  EXPECT_EQ(p->a, 0);
+  EXPECT_EQ(p->b, std::vector<int>{1});
+  EXPECT_FALSE(match_contraction(rms_gemv(32, true), t));
+  EXPECT_FALSE(match_contraction(rms_gemv(128, false), t));
+
+  KernelGraphBuilder kb("rms", "", Arch::Sm90a);
+  int x = kb.input("X", {32, 4096}, DType::F16);
+  int w = kb.input("W", {4096, 6144}, DType::F16);
+  int z = kb.input("Z", {32, 4096}, DType::F16);
+  auto bg = std::make_shared<const BlockGraph>(rms_gemv(32, false));
+  kb.output(kb.graph_defined(bg, {x, w, z}, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  const Schedule s = plan_schedule(g, t);
+  ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
+  EXPECT_EQ(s.kernels[0].threads, 192);
+  const std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("static constexpr bool kRowSumSq = true;"), std::string::npos);
+  EXPECT_NE(cu.find("rs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -35,6 +35,10 @@ struct ContractionPlan {
   // element m * epi_strides[i][0] + n * epi_strides[i][1].
   std::vector<std::array<int64_t, 2>> epi_strides;
   bool b_kmajor = false;  // the B_j are given as B_j^T [N, K] (every one of them)
+  // The epilogue reads `rs`, the row's sum of squares of A over K (a block graph that sums
+  // square(A) beside the matmul: rms_norm(X) W with the scaling deferred to the epilogue). Only
+  // the TMA GEMV provides it (its rows warp, Epi::kRowSumSq).
+  bool row_sumsq = false;
   int64_t m = 0, n = 0, k = 0;
   DType ab = DType::F16;   // operand dtype (f16 or bf16)
   DType out = DType::F16;  // output dtype
