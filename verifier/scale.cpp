@@ -278,7 +278,7 @@ class Unifier {
         return;
       }
       case OpClass::Transpose: {
-        std::vector<int> perm = interp::transpose_perm(attrs, out.size());
+        std::vector<int> perm = transpose_perm(attrs, out.size());
         for (size_t i = 0; i < out.size(); ++i) cls.unify(out[i], (*in[0])[perm[i]]);
         return;
       }

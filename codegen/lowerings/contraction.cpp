@@ -100,7 +100,7 @@ class Matcher {
     // B may be the transpose of an [N, K] tile (W^T of an nn.Linear weight W).
     bool kmajor = false;
     if (bp->kind == OpKind::Transpose && bp->inputs.size() == 1 && bp->shape.size() == 2 &&
-        (bp->attrs.perm.empty() || bp->attrs.perm == std::vector<int>{1, 0})) {
+        transpose_perm(bp->attrs, 2) == std::vector<int>{1, 0}) {
       kmajor = true;
       bp = &bg_.ops[bp->inputs[0]];
     }
@@ -340,13 +340,13 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   }
   K.line("(void)v0; (void)v1; (void)m; (void)n;");
   for (size_t e = 0; e < c.epi_inputs.size(); ++e) {
+    // Along n the stride is 1 (n is the last dim) or 0 (broadcast).
     const std::array<int64_t, 2>& st = c.epi_strides[e];
-    std::string at = st[0] == 0 && st[1] == 0 ? "0"
-                     : st[0] == 0             ? "n"
-                     : st[1] == 0             ? fmt::format("int64_t(m) * {}", st[0])
-                                              : fmt::format("int64_t(m) * {} + n", st[0]);
-    if (st[1] > 1) at += fmt::format(" * {}", st[1]);
-    K.f("const float e{0} = kiln::rt::to_f32(e{0}_ptr[{1}]);", e, at);
+    std::vector<std::string> terms;
+    if (st[0] != 0) terms.push_back(fmt::format("int64_t(m) * {}", st[0]));
+    if (st[1] != 0) terms.push_back("n");
+    K.f("const float e{0} = kiln::rt::to_f32(e{0}_ptr[{1}]);", e,
+        terms.empty() ? std::string("0") : fmt::format("{}", fmt::join(terms, " + ")));
   }
   for (const std::string& st : c.epi_statements) K.line(st);
   K.f("return {};", c.result);

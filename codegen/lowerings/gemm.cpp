@@ -21,7 +21,7 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   if (!tensor_core_operands(ctx, op, s) || rows < 1 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
   const int tr = kmajor_b_source(ctx, op);
-  const bool kmajor = tr >= 0 && (s.K * dtype_bytes(s.b.dtype)) % 16 == 0;
+  const bool kmajor = tr >= 0;
   // Past 64 rows; from 33 (where the GEMV stops) where B comes through a transpose: the mma.sync
   // GEMM reads B N-major only, so there the transpose would rewrite the whole weight first.
   if (rows <= (kmajor ? 32 : 64)) return std::nullopt;

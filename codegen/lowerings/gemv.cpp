@@ -147,8 +147,7 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   }
   // B = transpose(W) of an [N, K] W: the TMA GEMV reads W K-major in place (the transpose would
   // otherwise rewrite the whole weight before every call).
-  if (int tr = kmajor_b_source(ctx, op);
-      tr >= 0 && p.tma && (K * dtype_bytes(s.b.dtype)) % 16 == 0) {
+  if (int tr = kmajor_b_source(ctx, op); tr >= 0 && p.tma) {
     kp.view_op = tr;
     p.b_kmajor = true;
   }

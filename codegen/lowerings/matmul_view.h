@@ -43,8 +43,9 @@ inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, con
 
 // The transpose op whose output is operand B of predefined matmul `op`, where the matmul may read
 // it in place as B^T [N, K] (K-major, PyTorch's nn.Linear weight layout) instead of running it as
-// a kernel: a swap of the dims of a 2-D tensor of B's dtype, not a folded constant, not a graph
-// output, read by nothing else, not taken over by another kernel. -1 where there is none.
+// a kernel: a swap of the dims of a 2-D tensor whose rows TMA can address (16-byte strides), not
+// a folded constant, not a graph output, read by nothing else, not taken over by another kernel.
+// -1 where there is none.
 inline int kmajor_b_source(const PlanContext& ctx, const KernelOp& op) {
   const int b = op.inputs[1];
   const int pr = ctx.g.producer(b);
@@ -53,7 +54,8 @@ inline int kmajor_b_source(const PlanContext& ctx, const KernelOp& op) {
   if (t.kind != OpKind::Transpose || t.inputs.size() != 1) return -1;
   const TensorDesc& src = ctx.g.tensor(t.inputs[0]);
   if (src.shape.size() != 2 || ctx.g.tensor(b).shape.size() != 2) return -1;
-  if (!(t.attrs.perm.empty() || t.attrs.perm == std::vector<int>{1, 0})) return -1;
+  if (transpose_perm(t.attrs, 2) != std::vector<int>{1, 0}) return -1;
+  if ((src.shape[1] * dtype_bytes(src.dtype)) % 16 != 0) return -1;
   if (ctx.is_const(t.inputs[0]) || ctx.is_output.count(b) || ctx.consumers[b] != 1 ||
       !ctx.can_take_over(pr))
     return -1;

@@ -257,15 +257,6 @@ void matmul_op(const D& d, const Tensor<typename D::V>& a, const Tensor<typename
 
 // ---- Transpose --------------------------------------------------------------------------------
 
-// The permutation a Transpose op applies: attrs.perm, or a swap of the last two dims if empty.
-inline std::vector<int> transpose_perm(const Attrs& attrs, size_t rank) {
-  if (!attrs.perm.empty()) return attrs.perm;
-  std::vector<int> p(rank);
-  for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int>(i);
-  if (rank >= 2) std::swap(p[rank - 1], p[rank - 2]);
-  return p;
-}
-
 template <ValueDomain D>
 void transpose_op(const D&, const Attrs& attrs, const Tensor<typename D::V>& x,
                   Tensor<typename D::V>& out, const Exec& ex, const RowMask& mask = {}) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -139,5 +140,14 @@ struct Attrs {
 
   bool operator==(const Attrs&) const = default;
 };
+
+// The permutation a Transpose op applies: attrs.perm, or a swap of the last two dims if empty.
+inline std::vector<int> transpose_perm(const Attrs& attrs, size_t rank) {
+  if (!attrs.perm.empty()) return attrs.perm;
+  std::vector<int> p(rank);
+  for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int>(i);
+  if (rank >= 2) std::swap(p[rank - 1], p[rank - 2]);
+  return p;
+}
 
 }  // namespace kiln
