@@ -199,30 +199,22 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     if (op.kind == OpKind::GraphDefined) kp.block = plan_block(ctx, static_cast<int>(k));
     const bool matched = match_first(ctx, static_cast<int>(k), kp);
     KILN_ASSERT(matched, "no lowering runs op {} ({})", op.name, op_name(op.kind));
-    if (kp.prologue_op >= 0) {
-      // The lowering took over its input's producer: that op gets no kernel, and its output is
-      // materialized only when the kernel stores it.
-      KILN_ASSERT(ctx.can_take_over(kp.prologue_op), "{} takes over op {}, which is not free",
-                  kp.kernel, kp.prologue_op);
-      KernelPlan& pp = s.kernels[kp.prologue_op];
-      pp.plan = FusedIntoKernel{kp.kernel};
+    // An op this kernel does the work of (a prologue) or reads in place (a transpose as a K-major
+    // operand) gets no kernel; its output is materialized only when the kernel stores it.
+    auto retire = [&](int victim, bool in_place, bool stores) {
+      KILN_ASSERT(ctx.can_take_over(victim), "{} takes over op {}, which is not free", kp.kernel,
+                  victim);
+      KernelPlan& pp = s.kernels[victim];
+      pp.plan = FusedIntoKernel{kp.kernel, in_place};
       pp.fused_into = static_cast<int>(k);
       pp.grid = 0;
       pp.threads = 0;
-      if (!kp.prologue_stores) s.tensor_offset[g.ops[kp.prologue_op].outputs[0]] = -1;
-    }
-    if (kp.view_op >= 0) {
-      // The lowering reads the transpose's input in place: the transpose gets no kernel and its
-      // output is never written.
-      KILN_ASSERT(ctx.can_take_over(kp.view_op) && kp.view_op != kp.prologue_op,
-                  "{} reads op {} in place, which is not free", kp.kernel, kp.view_op);
-      KernelPlan& pp = s.kernels[kp.view_op];
-      pp.plan = FusedIntoKernel{kp.kernel, true};
-      pp.fused_into = static_cast<int>(k);
-      pp.grid = 0;
-      pp.threads = 0;
-      s.tensor_offset[g.ops[kp.view_op].outputs[0]] = -1;
-    }
+      if (!stores) s.tensor_offset[g.ops[victim].outputs[0]] = -1;
+    };
+    KILN_ASSERT(kp.view_op < 0 || kp.view_op != kp.prologue_op, "{} takes over op {} twice",
+                kp.kernel, kp.view_op);
+    if (kp.prologue_op >= 0) retire(kp.prologue_op, false, kp.prologue_stores);
+    if (kp.view_op >= 0) retire(kp.view_op, true, false);
     if (kp.as<BlockGraphKernel>())
       block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
     if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);
