@@ -319,6 +319,39 @@ PGraph expand_spec(const KernelGraph& spec) {
   return g;
 }
 
+PGraph primitive_graph(const KernelGraph& kg) {
+  PGraph g;
+  g.name = kg.name;
+  g.doc = kg.doc;
+  std::vector<int> node_of(kg.tensors.size(), -1);
+  for (int t : kg.inputs) {
+    PNode n;
+    n.kind = OpKind::Input;
+    n.shape = kg.tensor(t).shape;
+    n.dtype = kg.tensor(t).dtype;
+    n.name = kg.tensor(t).name;
+    g.nodes.push_back(n);
+    node_of[t] = static_cast<int>(g.nodes.size()) - 1;
+    g.inputs.push_back(node_of[t]);
+  }
+  for (const KernelOp& op : kg.ops) {
+    const OpClass cls = op_info(op.kind).cls;
+    KILN_ASSERT(cls != OpClass::GraphDefined && cls != OpClass::Softmax &&
+                    cls != OpClass::RmsNorm && op.kind != OpKind::Mean,
+                "primitive_graph of {} ({}): not a primitive op", op.name, op_name(op.kind));
+    std::vector<int> in;
+    for (int t : op.inputs) in.push_back(node_of[t]);
+    int out = add_node(g, op.kind, std::move(in), op.attrs, op.name);
+    // The stored type as the graph states it (the algebra pass makes its new intermediates f32).
+    if (op.kind != OpKind::Constant) g.nodes[out].dtype = kg.tensor(op.outputs[0]).dtype;
+    node_of[op.outputs[0]] = out;
+  }
+  for (int t : kg.outputs) g.outputs.push_back(node_of[t]);
+  remove_dead(g);
+  assign_labels(g);
+  return g;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Variants.
 
@@ -367,190 +400,6 @@ PGraph hoist(const PGraph& g, int n) {
   h.rewrites.push_back(fmt::format("hoist {} out of matmul {}", op_name(d.kind), m.name));
   assign_labels(h);
   return h;
-}
-
-// ---- Algebraic rewrites of the kernel graph (issue 17's first rules) ------------------------
-//
-// Each rewrites one site and yields a variant that the search explores beside the plain one; the
-// cost model ranks what each leads to, and the verifier proves every winner against the spec, so
-// a rule needs to be sound but not proven here. A site is rank-2 only (no batch dims), and its
-// intermediate must have no other reader (it is replaced, not duplicated).
-
-// A rebuilt graph: node `at` of g replaced by `repl`, whose inputs are ids of g (< at) or
-// `new_ref(k)` for the k-th node of repl; the last of repl takes over at's id for its readers.
-constexpr int new_ref(int k) {
-  return -1 - k;
-}
-PGraph replace_node(const PGraph& g, int at, std::vector<PNode> repl, const std::string& why) {
-  PGraph h;
-  h.name = g.name;
-  h.doc = g.doc;
-  h.rewrites = g.rewrites;
-  std::vector<int> remap(g.nodes.size(), -1);
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    if (static_cast<int>(n) != at) {
-      PNode x = g.nodes[n];
-      for (int& i : x.inputs) i = remap[i];
-      h.nodes.push_back(std::move(x));
-      remap[n] = static_cast<int>(h.nodes.size()) - 1;
-      continue;
-    }
-    const int base = static_cast<int>(h.nodes.size());
-    for (PNode& x : repl) {
-      for (int& i : x.inputs) i = i < 0 ? base + (-1 - i) : remap[i];
-      h.nodes.push_back(std::move(x));
-    }
-    remap[n] = static_cast<int>(h.nodes.size()) - 1;
-  }
-  for (int i : g.inputs) h.inputs.push_back(remap[i]);
-  for (int o : g.outputs) h.outputs.push_back(remap[o]);
-  remove_dead(h);
-  h.rewrites.push_back(why);
-  assign_labels(h);
-  return h;
-}
-
-// Readers of each node, outputs counted as readers.
-std::vector<int> reader_counts(const PGraph& g) {
-  std::vector<int> r(g.nodes.size(), 0);
-  for (const PNode& x : g.nodes)
-    for (int i : x.inputs) ++r[i];
-  for (int o : g.outputs) ++r[o];
-  return r;
-}
-
-bool plain_matmul(const PGraph& g, int n) {
-  const PNode& m = g.nodes[n];
-  return m.kind == OpKind::MatMul && m.split == 0 && m.shape.size() == 2 &&
-         g.nodes[m.inputs[0]].shape.size() == 2 && g.nodes[m.inputs[1]].shape.size() == 2;
-}
-
-PNode matmul_node(int a, int b, Shape shape, DType dt, std::string name) {
-  PNode m;
-  m.kind = OpKind::MatMul;
-  m.inputs = {a, b};
-  m.shape = std::move(shape);
-  m.dtype = dt;
-  m.name = std::move(name);
-  return m;
-}
-
-// Matmul associativity, in the direction that does fewer multiply-adds:
-//   Y = X (A B)  ->  (X A) B   where  m k n + k r n  >  m k r + m r n   (and the mirror).
-// lowrank (X (A B) with rank 16) drops from 2 x 268 M to 2 M multiply-adds and never
-// materialises the 4096 x 4096 product.
-std::vector<PGraph> reassociations(const PGraph& g) {
-  std::vector<PGraph> out;
-  const std::vector<int> readers = reader_counts(g);
-  for (size_t yi = 0; yi < g.nodes.size(); ++yi) {
-    const int y = static_cast<int>(yi);
-    if (!plain_matmul(g, y)) continue;
-    const PNode& Y = g.nodes[y];
-    for (int side : {1, 0}) {
-      const int j = Y.inputs[side];
-      if (!plain_matmul(g, j) || readers[j] != 1) continue;
-      const PNode& J = g.nodes[j];
-      // side 1: Y = X (A B); side 0: Y = (X A) B.
-      const int x = side == 1 ? Y.inputs[0] : J.inputs[0];
-      const int a = side == 1 ? J.inputs[0] : J.inputs[1];
-      const int b = side == 1 ? J.inputs[1] : Y.inputs[1];
-      const double m = double(g.nodes[x].shape[0]), k = double(g.nodes[x].shape[1]);
-      const double r = double(g.nodes[a].shape[1]), n = double(g.nodes[b].shape[1]);
-      const double before = side == 1 ? k * r * n + m * k * n : m * k * r + m * r * n;
-      const double after = side == 1 ? m * k * r + m * r * n : k * r * n + m * k * n;
-      if (!(after < before)) continue;
-      // The new intermediate is a float32 accumulation: its range need not be the old one's (a
-      // 16-bit store could overflow where the spec's order did not), and it is the small one.
-      const std::string mid = J.name + "_reassoc";
-      PNode first = side == 1 ? matmul_node(x, a, {int64_t(m), int64_t(r)}, DType::F32, mid)
-                              : matmul_node(a, b, {int64_t(k), int64_t(n)}, DType::F32, mid);
-      PNode second = side == 1 ? matmul_node(new_ref(0), b, Y.shape, Y.dtype, Y.name)
-                               : matmul_node(x, new_ref(0), Y.shape, Y.dtype, Y.name);
-      // Both go at Y (every operand precedes it); J, read by Y alone, is left dead and dropped.
-      out.push_back(replace_node(
-          g, y, {first, second},
-          fmt::format("reassociate {}: {} multiply-adds instead of {}", Y.name, after, before)));
-    }
-  }
-  return out;
-}
-
-// A sum over the output dim of a matmul moves onto the operand that dim comes from:
-//   sum_n (X T)[m, n] = (X (sum_n T[:, n]))[m]      sum_m (X T)[m, n] = ((sum_m X[m, :]) T)[n]
-// so `mean(X W^T, -1)` (linear_mean) is one pass over W and a GEMV instead of a GEMM.
-PNode sum_node(int in, int64_t dim, bool keepdim, Shape shape, DType dt, std::string name) {
-  PNode n;
-  n.kind = OpKind::Sum;
-  n.attrs.dim = dim;
-  n.attrs.keepdim = keepdim;
-  n.inputs = {in};
-  n.shape = std::move(shape);
-  n.dtype = dt;
-  n.name = std::move(name);
-  return n;
-}
-
-std::vector<PGraph> reductions_through_matmuls(const PGraph& g) {
-  std::vector<PGraph> out;
-  const std::vector<int> readers = reader_counts(g);
-  for (size_t si = 0; si < g.nodes.size(); ++si) {
-    const PNode& S = g.nodes[si];
-    if (S.kind != OpKind::Sum || S.split > 0 || S.combine) continue;
-    const int h = S.inputs[0];
-    if (!plain_matmul(g, h) || readers[h] != 1) continue;
-    const PNode& H = g.nodes[h];
-    const int64_t dim = S.attrs.dim;
-    if (dim != 0 && dim != 1) continue;
-    const int x = H.inputs[0], t = H.inputs[1];
-    const PNode& T = g.nodes[t];
-    // The operand, summed over the dim the sum runs over, as a [k, 1] / [1, k] matrix in float32
-    // (a sum of up to the whole dim, like any accumulation). For T = W^T (nn.Linear's layout) W's
-    // rows are summed instead (an outer-dim reduction that streams W's rows contiguously) and the
-    // [1, k] result transposed (a vector: free).
-    std::vector<PNode> repl;
-    const std::string sum_name = S.name + "_operand_sum";
-    std::string why = fmt::format("sum {} through matmul {}", S.name, H.name);
-    if (dim == 1 && T.kind == OpKind::Transpose && T.split == 0 &&
-        T.attrs.perm == std::vector<int>{1, 0} && readers[t] == 1) {
-      const int w = T.inputs[0];
-      const int64_t k = g.nodes[w].shape[1];
-      repl.push_back(sum_node(w, 0, true, {1, k}, DType::F32, sum_name));
-      PNode tr;
-      tr.kind = OpKind::Transpose;
-      tr.attrs.perm = {1, 0};
-      tr.inputs = {new_ref(0)};
-      tr.shape = {k, 1};
-      tr.dtype = DType::F32;
-      tr.name = sum_name + "_t";
-      repl.push_back(tr);
-      why += fmt::format(" (rows of {})", g.nodes[w].name);
-    } else {
-      const int in = dim == 1 ? t : x;
-      const Shape& os = g.nodes[in].shape;
-      repl.push_back(sum_node(in, dim, true, dim == 1 ? Shape{os[0], 1} : Shape{1, os[1]},
-                              DType::F32, sum_name));
-    }
-    const int v = new_ref(static_cast<int>(repl.size()) - 1);
-    const Shape kept = dim == 1 ? Shape{H.shape[0], 1} : Shape{1, H.shape[1]};
-    const std::string mm_name = S.attrs.keepdim ? S.name : S.name + "_kept";
-    repl.push_back(dim == 1 ? matmul_node(x, v, kept, S.dtype, mm_name)
-                            : matmul_node(v, t, kept, S.dtype, mm_name));
-    if (!S.attrs.keepdim)  // drop the kept dim: a sum over one element
-      repl.push_back(sum_node(new_ref(static_cast<int>(repl.size()) - 1), dim, false, S.shape,
-                              S.dtype, S.name));
-    out.push_back(replace_node(g, static_cast<int>(si), std::move(repl), why));
-  }
-  return out;
-}
-
-PNode unary_node(OpKind kind, int in, Shape shape, DType dt, std::string name) {
-  PNode n;
-  n.kind = kind;
-  n.inputs = {in};
-  n.shape = std::move(shape);
-  n.dtype = dt;
-  n.name = std::move(name);
-  return n;
 }
 
 // Splits every reduction over `label` into `parts` partials plus a combine.
@@ -602,64 +451,16 @@ namespace {
 std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions& opt);
 }  // namespace
 
-// generator.h. The shift-free form is what the attention lowering's online softmax takes (its
-// running max is the same shift, applied where it is safe), so this rewrite is how a spec written
-// with `softmax` or a max reaches it. exp(x) alone is of unbounded range, so its new
-// intermediates are float32, and the float check still guards every candidate. The verifier
-// proves the cancellation (exp is a homomorphism and the max a selection in its field model,
-// docs/verifier.md).
-std::vector<PGraph> shift_cancellations(const PGraph& g) {
-  std::vector<PGraph> out;
-  const std::vector<int> readers = reader_counts(g);
-  for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
-    const PNode& A = g.nodes[ai];
-    if (A.kind != OpKind::Div || A.split > 0) continue;
-    const int e = A.inputs[0], l = A.inputs[1];
-    const PNode& E = g.nodes[e];
-    const PNode& L = g.nodes[l];
-    if (E.kind != OpKind::Exp || L.kind != OpKind::Sum || L.split > 0 || L.combine ||
-        L.inputs[0] != e || !L.attrs.keepdim || readers[e] != 2 || readers[l] != 1)
-      continue;
-    const int d = E.inputs[0];
-    const PNode& D = g.nodes[d];
-    if (D.kind != OpKind::Sub || readers[d] != 1) continue;
-    const int x = D.inputs[0], m = D.inputs[1];
-    const Shape& xs = g.nodes[x].shape;
-    const Shape& ms = g.nodes[m].shape;
-    const int r = static_cast<int>(xs.size());
-    const int dim = static_cast<int>(L.attrs.dim < 0 ? L.attrs.dim + r : L.attrs.dim);
-    if (xs != E.shape || dim < 0 || dim >= r) continue;
-    // m broadcasts to x (right-aligned) and has extent 1 along the normalized dim.
-    const int off = r - static_cast<int>(ms.size());
-    if (off < 0 || (dim >= off && ms[dim - off] != 1)) continue;
-    std::vector<PNode> repl;
-    repl.push_back(unary_node(OpKind::Exp, x, xs, DType::F32, E.name));
-    repl.push_back(sum_node(new_ref(0), dim, true, L.shape, DType::F32, L.name));
-    PNode div = A;
-    div.inputs = {new_ref(0), new_ref(1)};
-    repl.push_back(div);
-    out.push_back(replace_node(
-        g, static_cast<int>(ai), std::move(repl),
-        fmt::format("cancel the shift {} of normalization {}", g.nodes[m].name, A.name)));
-  }
-  return out;
-}
-
-std::vector<PGraph> enumerate_variants(const PGraph& base0, const VariantOptions& opt) {
-  // The algebraic rewrites first: each site once, alone (a rewritten graph is a new base).
-  std::vector<PGraph> bases{base0};
-  if (opt.algebra) {
-    for (PGraph& r : reassociations(base0)) bases.push_back(std::move(r));
-    for (PGraph& r : reductions_through_matmuls(base0)) bases.push_back(std::move(r));
-    for (PGraph& r : shift_cancellations(base0)) bases.push_back(std::move(r));
-  }
-  // Round-robin over the bases (the plain expansion's first variant stays first): a time-limited
-  // search reaches every algebraic form's unsplit variants early instead of after all the plain
-  // expansion's splits (a softmax attention's only one-kernel form is a cancelled shift's).
+std::vector<PGraph> enumerate_variants(const std::vector<PGraph>& bases,
+                                       const VariantOptions& opt) {
+  // Round-robin over the bases (the first base's first variant stays first): a time-limited
+  // search reaches every algebraic form's unsplit variants early instead of after all the first
+  // base's splits (a softmax attention's only one-kernel form is a cancelled shift's).
   std::vector<std::vector<PGraph>> per_base;
   size_t longest = 0;
-  for (const PGraph& b : bases) {
-    per_base.push_back(enumerate_rewrites(b, opt));
+  for (size_t i = 0; i < bases.size(); ++i) {
+    per_base.push_back(enumerate_rewrites(bases[i], opt));
+    for (PGraph& v : per_base.back()) v.base = static_cast<int>(i);
     longest = std::max(longest, per_base.back().size());
   }
   std::vector<PGraph> out;
@@ -667,6 +468,10 @@ std::vector<PGraph> enumerate_variants(const PGraph& base0, const VariantOptions
     for (std::vector<PGraph>& v : per_base)
       if (i < v.size()) out.push_back(std::move(v[i]));
   return out;
+}
+
+std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt) {
+  return enumerate_variants(std::vector<PGraph>{base}, opt);
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "kiln/algebra/algebra.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/ir/memory.h"
@@ -55,6 +56,9 @@ nlohmann::json SearchConfig::to_json() const {
           {"max_block_ops", max_block_ops},
           {"beam", beam},
           {"algebra", variants.algebra},
+          {"algebra_graphs", variants.algebra_graphs},
+          {"algebra_iterations", variants.algebra_iterations},
+          {"algebra_nodes", variants.algebra_nodes},
           {"hoist_scales", variants.hoist_scales},
           {"split", variants.split},
           {"max_split", variants.max_split},
@@ -92,6 +96,9 @@ nlohmann::json SearchStats::to_json() const {
           {"pruned", pruned},
           {"time_first_valid_s", time_first_valid_s},
           {"time_best_s", time_best_s},
+          {"algebra_s", algebra_s},
+          {"algebra", algebra},
+          {"algebra_graphs", algebra_graphs},
           {"generate_s", generate_s},
           {"verify_s", verify_s},
           {"elapsed_s", elapsed_s},
@@ -843,6 +850,75 @@ int recheck_cached(const KernelGraph& spec, SearchResult& r, const SearchConfig&
   return failed;
 }
 
+namespace {
+
+algebra::TermGraph terms_of(const PGraph& g) {
+  algebra::TermGraph t;
+  t.name = g.name;
+  t.doc = g.doc;
+  for (const PNode& n : g.nodes) {
+    KILN_ASSERT(n.split == 0 && !n.combine, "the algebra pass runs before splits");
+    t.nodes.push_back({n.kind, n.attrs, n.inputs, n.shape, n.dtype, n.name});
+  }
+  t.inputs = g.inputs;
+  t.outputs = g.outputs;
+  return t;
+}
+
+}  // namespace
+
+AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const SearchConfig& config,
+                           const Deadline& own, const Deadline& hard) {
+  AlgebraBases out;
+  const auto t0 = std::chrono::steady_clock::now();
+  algebra::AlgebraOptions ao;
+  ao.max_graphs = config.variants.algebra_graphs;
+  ao.limits.max_iterations = config.variants.algebra_iterations;
+  ao.limits.max_nodes = static_cast<size_t>(std::max<int64_t>(config.variants.algebra_nodes, 0));
+  ao.limits.max_seconds = std::min(config.variants.algebra_seconds, own.remaining_s());
+  ao.limits.deadline = hard;
+  const algebra::AlgebraResult r = algebra::rewrite(terms_of(base), ao);
+  out.trace = {{"summary", r.summary()}, {"graphs", nlohmann::json::array()}};
+  int rejected = 0;
+  for (size_t i = 1; i < r.graphs.size(); ++i) {
+    const algebra::Extracted& x = r.graphs[i];
+    const std::string rewrites = fmt::format("{}", fmt::join(x.rewrites, "; "));
+    KernelGraph kg;
+    std::string verdict;
+    bool ok = false;
+    try {
+      kg = algebra::to_kernel_graph(x.graph, config.arch);
+      verifier::VerifyOptions vo;
+      vo.seed = config.seed;
+      vo.threads = config.threads;
+      vo.deadline = hard;
+      vo.max_bytes = config.max_memory_mb << 20;
+      const verifier::Verdict v = verifier::verify(spec, kg, vo);
+      ok = v.equivalent();
+      verdict = v.cut ? "not verified: the time limit passed"
+                      : fmt::format("{} ({} trials)", verifier::outcome_name(v.outcome), v.trials);
+    } catch (const UserError& e) {
+      verdict = std::string("does not build: ") + e.what();
+    }
+    out.lines.push_back(fmt::format("{} [{:.1f} us modeled, spec {:.1f}]: {}{}", rewrites,
+                                    x.cost_us, r.graphs[0].cost_us, ok ? "" : "REJECTED, ",
+                                    verdict));
+    if (!ok) {
+      ++rejected;
+      continue;
+    }
+    PGraph p = primitive_graph(kg);
+    p.rewrites = x.rewrites;
+    out.trace["graphs"].push_back({{"rewrites", x.rewrites}, {"graph", write_mugraph(kg)}});
+    out.graphs.push_back(std::move(p));
+  }
+  out.summary =
+      fmt::format("{}; {} verified{} ({:.3f} s in all)", r.summary(), out.graphs.size(),
+                  rejected ? fmt::format(", {} rejected by the verifier", rejected) : std::string(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
+
 SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, TraceWriter* trace,
                         const ProgressFn& progress) {
   Shared sh;
@@ -889,19 +965,31 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   head.back().cost_us = fallback.cost.time * 1e6;
   st.states++;
 
-  PGraph base = expand_spec(spec);
+  // The bases: the spec's primitive graph, then the algebra pass's graphs, each proven equal to
+  // the spec before any of its candidates can rank.
+  std::vector<PGraph> bases{expand_spec(spec)};
+  const double algebra_from = sh.elapsed();
+  if (config.variants.algebra) {
+    const double share = std::min(config.variants.algebra_seconds, 0.05 * own_s);
+    AlgebraBases ab = algebra_bases(spec, bases[0], config, Deadline::in(share), hard);
+    st.algebra = ab.summary;
+    st.algebra_graphs = ab.lines;
+    for (PGraph& b : ab.graphs) bases.push_back(std::move(b));
+    if (trace) trace->meta("algebra", ab.trace.dump());
+  }
+  st.algebra_s = sh.elapsed() - algebra_from;
   std::unique_ptr<Pruner> pruner, enum_pruner;
   if (config.prune) {
     PrunerOptions po;
     po.use_z3 = config.use_z3;
-    // A cancelled normalization shift is exact but beyond the pruning axioms: its outputs are
-    // roots too (prune.h), or its variants would be pruned at once.
+    // An extracted graph is proven equal to the spec, but its algebra may be beyond the pruning
+    // axioms (a cancelled normalization shift is): its outputs are roots too (prune.h), or its
+    // variants could be pruned at once.
     std::vector<AbsExpr> equal_roots;
-    if (config.variants.algebra)
-      for (const PGraph& r : shift_cancellations(base)) {
-        const std::vector<AbsExpr> e = node_exprs(r);
-        for (int o : r.outputs) equal_roots.push_back(e[o]);
-      }
+    for (size_t i = 1; i < bases.size(); ++i) {
+      const std::vector<AbsExpr> e = node_exprs(bases[i]);
+      for (int o : bases[i].outputs) equal_roots.push_back(e[o]);
+    }
     pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po, equal_roots));
     // The enumerator asks about many more expressions than the lowering; its own pruner (own
     // lock, own cache) gets a smaller Z3 budget so that Z3 cannot take the run's time.
@@ -909,7 +997,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
     enum_pruner = std::make_unique<Pruner>(Pruner::for_spec(spec, po, equal_roots));
   }
 
-  std::vector<PGraph> variants = enumerate_variants(base, config.variants);
+  std::vector<PGraph> variants = enumerate_variants(bases, config.variants);
   std::vector<int64_t> variant_ids;
   for (const PGraph& v : variants) {
     variant_ids.push_back(next_id);
@@ -1143,6 +1231,9 @@ SearchResult result_from_json(const nlohmann::json& j) {
   r.stats.pruned = st.value("pruned", std::map<std::string, int64_t>{});
   r.stats.time_first_valid_s = st.value("time_first_valid_s", -1.0);
   r.stats.time_best_s = st.value("time_best_s", -1.0);
+  r.stats.algebra_s = st.value("algebra_s", 0.0);
+  r.stats.algebra = st.value("algebra", std::string());
+  r.stats.algebra_graphs = st.value("algebra_graphs", std::vector<std::string>{});
   r.stats.generate_s = st.value("generate_s", 0.0);
   r.stats.verify_s = st.value("verify_s", 0.0);
   r.stats.elapsed_s = st.value("elapsed_s", 0.0);

@@ -66,7 +66,7 @@ struct TraceWriter::Impl {
     std::string status;
   };
   struct Meta {
-    std::string spec, config;
+    std::vector<std::pair<std::string, std::string>> rows;
   };
   using Item = std::variant<std::vector<TraceState>, TraceEnumRun, TraceUpdate, Measure, Meta>;
 
@@ -277,8 +277,7 @@ struct TraceWriter::Impl {
       check(sqlite3_step(st), "write meta");
       sqlite3_reset(st);
     };
-    put("spec", m.spec);
-    put("config", m.config);
+    for (const auto& [k, v] : m.rows) put(k.c_str(), v);
     sqlite3_finalize(st);
     since_commit = kCommitRows;  // committed at once: a killed run's file still names its spec
   }
@@ -386,7 +385,10 @@ TraceWriter::~TraceWriter() {
 }
 
 void TraceWriter::begin(const KernelGraph& spec, const SearchConfig& config) {
-  impl_->push(Impl::Meta{write_mugraph(spec), config.to_json().dump()});
+  impl_->push(Impl::Meta{{{"spec", write_mugraph(spec)}, {"config", config.to_json().dump()}}});
+}
+void TraceWriter::meta(const std::string& key, std::string value) {
+  impl_->push(Impl::Meta{{{key, std::move(value)}}});
 }
 void TraceWriter::write(std::vector<TraceState> batch) {
   if (!batch.empty()) impl_->push(std::move(batch));

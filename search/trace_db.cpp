@@ -603,6 +603,53 @@ struct TraceGraphs::Impl {
     vopt.max_split = c.value("max_split", vopt.max_split);
     vopt.min_split_tile = c.value("min_split_tile", vopt.min_split_tile);
     max_block_ops = c.value("max_block_ops", max_block_ops);
+    // The algebra pass's graphs (search.cpp, algebra_bases): the bases after the spec's own.
+    if (std::string a = db.meta("algebra"); !a.empty()) {
+      nlohmann::json j = parse_json_text(a, db.path() + ":algebra");
+      for (const nlohmann::json& x : j.value("graphs", nlohmann::json::array())) {
+        bases.push_back(parse_mugraph(x.at("graph").get<std::string>(), db.path() + ":algebra"));
+        base_rewrites.push_back(x.value("rewrites", std::vector<std::string>{}));
+      }
+    }
+  }
+
+  std::vector<KernelGraph> bases;
+  std::vector<std::vector<std::string>> base_rewrites;
+
+  const std::vector<PGraph>& all_variants() {
+    if (!variants) {
+      std::vector<PGraph> b{expand_spec(spec)};
+      for (size_t i = 0; i < bases.size(); ++i) {
+        b.push_back(primitive_graph(bases[i]));
+        b.back().rewrites = base_rewrites[i];
+      }
+      variants = enumerate_variants(b, vopt);
+    }
+    return *variants;
+  }
+
+  TraceGraphs::Rewritten rewritten(int64_t id) {
+    for (const TraceRow& r : db.path(id)) {
+      if (r.kind != TraceKind::Variant) continue;
+      int idx = -1;
+      if (r.decision.size() > 1 && r.decision[0] == 'v')
+        std::from_chars(r.decision.data() + 1, r.decision.data() + r.decision.size(), idx);
+      const std::vector<PGraph>& vs = all_variants();
+      if (idx < 0 || idx >= static_cast<int>(vs.size()))
+        user_error(ErrorCode::Unsupported, "state #{}'s variant ({}) is not among the {} variants",
+                   r.id, r.decision, vs.size());
+      TraceGraphs::Rewritten w;
+      w.base = vs[idx].base;
+      if (w.base == 0) {
+        w.graph = spec;
+      } else {
+        w.graph = bases.at(w.base - 1);
+        w.rewrites = base_rewrites.at(w.base - 1);
+      }
+      return w;
+    }
+    user_error(ErrorCode::Name,
+               "state #{} is above the variants: it has no kernel graph of its own", id);
   }
 
   [[noreturn]] void not_graph(const TraceRow& r) {
@@ -618,7 +665,7 @@ struct TraceGraphs::Impl {
     int idx = -1;
     if (v.kind == TraceKind::Variant && v.decision.size() > 1 && v.decision[0] == 'v')
       std::from_chars(v.decision.data() + 1, v.decision.data() + v.decision.size(), idx);
-    if (!variants) variants = enumerate_variants(expand_spec(spec), vopt);
+    all_variants();
     if (idx < 0 || idx >= static_cast<int>(variants->size()))
       user_error(ErrorCode::Unsupported,
                  "state #{}'s variant ({}) is not among the {} variants of the spec; was the "
@@ -730,6 +777,9 @@ TraceGraphs::TraceGraphs(const TraceDb& db) : impl_(std::make_unique<Impl>(db)) 
 TraceGraphs::~TraceGraphs() = default;
 KernelGraph TraceGraphs::graph(int64_t id) {
   return impl_->graph(id);
+}
+TraceGraphs::Rewritten TraceGraphs::rewritten(int64_t id) {
+  return impl_->rewritten(id);
 }
 const KernelGraph& TraceGraphs::spec() const {
   return impl_->spec;

@@ -154,6 +154,16 @@ void add_optimize(CLI::App& app) {
       ->check(whole_number(1, 1000, "candidates"))
       ->capture_default_str();
   cmd->add_option("--seed", seed, "verifier seed")->capture_default_str();
+  static int algebra_graphs = search::VariantOptions{}.algebra_graphs;
+  static bool no_algebra = false;
+  cmd->add_option("--algebra-graphs", algebra_graphs,
+                  "kernel graphs the algebra pass hands the search, the spec as written "
+                  "included (docs/algebra.md)")
+      ->check(whole_number(1, 64, "graphs"))
+      ->capture_default_str();
+  cmd->add_flag("--no-algebra", no_algebra,
+                "search the spec as written only (no e-graph rewrites: reassociation, sums "
+                "through matmuls, cancelled softmax shifts, ...)");
   auto* c = cmd->add_option("--cache", cache_dir, "cache directory (default: ~/.cache/kiln)");
   cmd->add_flag("--no-cache", no_cache, "neither read nor write the cache")->excludes(c);
   static CLI::Option* prof = nullptr;
@@ -209,6 +219,8 @@ void add_optimize(CLI::App& app) {
         20e-6 * static_cast<double>(spec.ops.size());
     cfg.threads = threads;
     cfg.top_k = std::max({1, top, plan.on ? plan.k : 0});
+    cfg.variants.algebra = !no_algebra;
+    cfg.variants.algebra_graphs = algebra_graphs;
     cfg.seed = seed;
     std::string dir = cache_dir.empty() ? search::default_cache_dir() : cache_dir;
     std::string key = search::cache_key(spec, cfg);
@@ -441,8 +453,15 @@ void add_optimize(CLI::App& app) {
     note("{}: {} after {:.2f} s; {} states, {} lowered, pruned: {}; {} verified", spec.name,
          search::stop_reason_name(res.stop), st.elapsed_s, st.states, st.lowered,
          pruned_str(st.pruned), st.verified);
-    detail("{}: generation {:.2f} s, checks {:.2f} s, first valid at {:.2f} s, cache key {} in {}",
-           spec.name, st.generate_s, st.verify_s, st.time_first_valid_s, key, dir);
+    if (!st.algebra.empty()) {
+      note("{}: algebra {}", spec.name, st.algebra);
+      for (const std::string& l : st.algebra_graphs) detail("  {}", l);
+    }
+    detail(
+        "{}: algebra {:.2f} s, generation {:.2f} s, checks {:.2f} s, first valid at {:.2f} s, "
+        "cache key {} in {}",
+        spec.name, st.algebra_s, st.generate_s - st.algebra_s, st.verify_s, st.time_first_valid_s,
+        key, dir);
     if (prof_res) {
       note("measured on {}:", pj["device"].get<std::string>());
       for (const search::ProfiledCandidate& p : prof_res->ranked)

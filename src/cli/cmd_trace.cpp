@@ -1,12 +1,13 @@
-// `kiln trace FILE summary|top [K]|why ID|path ID|tree [ID]|graph ID|html -o DIR`: explores a
-// search trace written by `kiln optimize --trace FILE` (docs/trace-format.md). Every verb reads the
-// database through its indexes, so each answers at once whatever the trace's size; `--json`
-// prints the same answer as JSON.
+// `kiln trace FILE summary|top [K]|why ID|path ID|tree [ID]|graph ID|rewritten ID|html -o DIR`:
+// explores a search trace written by `kiln optimize --trace FILE` (docs/trace-format.md). Every
+// verb reads the database through its indexes, so each answers at once whatever the trace's size;
+// `--json` prints the same answer as JSON.
 #include <cstdio>
 
 #include "commands.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
+#include "kiln/ir/print.h"
 #include "kiln/search/trace_db.h"
 #include "kiln/search/trace_html.h"
 #include "log.h"
@@ -43,10 +44,15 @@ void add_trace(CLI::App& app) {
   static bool json = false;
   cmd->add_option("FILE", file, "trace database (kiln optimize --trace FILE)")->required();
   cmd->add_option("VERB", what,
-                  "summary | top [K] | why ID | path ID | tree [ID] | graph ID | html -o DIR")
-      ->check(CLI::IsMember({"summary", "top", "why", "path", "tree", "graph", "html"}))
+                  "summary | top [K] | why ID | path ID | tree [ID] | graph ID | rewritten ID | "
+                  "html -o DIR")
+      ->check(
+          CLI::IsMember({"summary", "top", "why", "path", "tree", "graph", "rewritten", "html"}))
       ->capture_default_str();
-  cmd->add_option("ARG", args, "K for top; the state ID for why, path, tree and graph");
+  cmd->add_option("ARG", args,
+                  "K for top; the state ID for why, path, tree, graph and rewritten (the kernel "
+                  "graph the state's variant was built from: the spec, or a graph of the algebra "
+                  "pass, with its rewrites)");
   cmd->add_flag("--json", json, "print JSON instead of text");
   cmd->add_option("--kind", kind, "top: states of this kind (default: candidate)")
       ->check(CLI::IsMember(
@@ -131,6 +137,23 @@ void add_trace(CLI::App& app) {
       int64_t root = args.empty() ? 0 : number_arg(args[0], "a state ID");
       print(json ? search::trace_tree_json(db, root, depth, limit).dump(2) + "\n"
                  : search::trace_tree(db, root, depth, limit));
+    } else if (what == "rewritten") {
+      int64_t id = id_arg("rewritten");
+      search::TraceGraphs graphs(db);
+      search::TraceGraphs::Rewritten w = graphs.rewritten(id);
+      if (json) {
+        print(nlohmann::json({{"state", id},
+                              {"base", w.base},
+                              {"rewrites", w.rewrites},
+                              {"graph", nlohmann::json::parse(write_mugraph(w.graph))}})
+                  .dump(2) +
+              "\n");
+      } else {
+        std::string s = w.base == 0 ? fmt::format("state #{}: the spec as written\n", id)
+                                    : fmt::format("state #{}: algebra graph {} ({})\n", id, w.base,
+                                                  fmt::join(w.rewrites, "; "));
+        print(s + to_text(w.graph));
+      }
     } else if (what == "graph") {
       int64_t id = id_arg("graph");
       search::TraceGraphs graphs(db);

@@ -937,10 +937,19 @@ TEST(Cli, TraceVerbsAnswerAndGraphsRoundTrip) {
   EXPECT_EQ(kiln("verify " + example("lora.json") + " " + g).status, 0);
   EXPECT_EQ(kiln("emit " + g + " --spec " + example("lora.json") + " -o " + dir + "/w.cu").status,
             0);
+  // rewritten: the kernel graph the winner's variant was built from (the spec, or an algebra
+  // graph with its rewrites), as text and as JSON whose graph verifies against the spec.
+  KilnRun rw = kiln("trace " + trace + " rewritten " + std::to_string(id));
+  ASSERT_EQ(rw.status, 0) << rw.err;
+  EXPECT_NE(rw.out.find("state #" + std::to_string(id)), std::string::npos) << rw.out;
+  nlohmann::json rj = nlohmann::json::parse(
+      kiln("trace " + trace + " rewritten " + std::to_string(id) + " --json").out);
+  std::ofstream(dir + "/base.mugraph.json") << rj["graph"].dump();
+  EXPECT_EQ(kiln("verify " + example("lora.json") + " " + dir + "/base.mugraph.json").status, 0);
   // User errors: exit 2 with a message, nothing on stdout.
   for (const std::string& bad :
-       {trace + " why 999999999", trace + " graph 0", trace + " why", trace + " top x",
-        trace + " top --kind nothing", example("lora.json") + " summary",
+       {trace + " why 999999999", trace + " graph 0", trace + " rewritten 0", trace + " why",
+        trace + " top x", trace + " top --kind nothing", example("lora.json") + " summary",
         dir + "/missing.trace summary"}) {
     KilnRun b = kiln("trace " + bad);
     EXPECT_EQ(b.status, 2) << bad << "\n" << b.err;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/ir/diag.h"
+#include "kiln/ir/json_io.h"
 #include "kiln/search/cost_model.h"
 #include "kiln/search/search.h"
 #include "kiln/search/trace_db.h"
@@ -241,6 +242,44 @@ TEST(Trace, RebuildsTheGraphOfEveryCostedState) {
   } catch (const UserError& e) {
     EXPECT_EQ(e.code(), ErrorCode::Name);
   }
+}
+
+// Issue 17: a candidate of an algebra graph names the kernel graph it was built from (the trace
+// records the pass's graphs), and that graph is the spec's function.
+TEST(Trace, NamesTheRewrittenKernelGraphOfACandidate) {
+  std::string path = temp("rewritten.trace");
+  const KernelGraph spec = parse_spec(R"({"name": "lowrank", "inputs": [
+      {"name": "X", "shape": [16, 256], "dtype": "f16"}, {"name": "A", "shape": [256, 4], "dtype": "f16"},
+      {"name": "B", "shape": [4, 256], "dtype": "f16"}],
+    "nodes": [{"name": "AB", "op": "matmul", "inputs": ["A", "B"]},
+              {"name": "Y", "op": "matmul", "inputs": ["X", "AB"]}], "outputs": ["Y"]})");
+  SearchResult r = traced(spec, small_config(), path);
+  TraceDb db = TraceDb::open(path);
+  TraceGraphs graphs(db);
+  TraceFilter cand;
+  cand.kind = TraceKind::Candidate;
+  int from_algebra = 0, from_spec = 0;
+  for (const TraceRow& row : db.select(cand, 1 << 20)) {
+    if (row.decision.rfind("spec", 0) == 0) {
+      EXPECT_THROW(graphs.rewritten(row.id), UserError) << "the spec's candidate has no variant";
+      continue;
+    }
+    TraceGraphs::Rewritten w = graphs.rewritten(row.id);
+    if (w.base == 0) {
+      ++from_spec;
+      EXPECT_EQ(fingerprint(w.graph), fingerprint(spec));
+      continue;
+    }
+    ++from_algebra;
+    ASSERT_FALSE(w.rewrites.empty());
+    EXPECT_NE(w.rewrites[0].find("matmul-assoc"), std::string::npos) << w.rewrites[0];
+    EXPECT_TRUE(w.graph.is_spec());
+    EXPECT_TRUE(verifier::verify(spec, w.graph).equivalent());
+  }
+  EXPECT_GT(from_algebra, 0);
+  EXPECT_GT(from_spec, 0);
+  EXPECT_NE(db.meta("algebra").find("matmul-assoc"), std::string::npos);
+  EXPECT_FALSE(r.stats.algebra.empty());
 }
 
 TEST(Trace, ScheduleCodesRoundTrip) {

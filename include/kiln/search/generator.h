@@ -6,8 +6,9 @@
 // *label* (dims that must be partitioned alike share one), which is what grids, loops, imaps,
 // fmaps and omaps are chosen over. The decisions, each a level of the search tree
 // (docs/search.md):
-//   1. a variant: a set of algebraic rewrites that enable fusion (hoisting a row scale out of a
-//      matmul, `matmul(x / r, W) = matmul(x, W) / r`) and at most one split of a reduced label
+//   1. a variant: a base graph (the spec's, or one the algebra pass extracted from its e-graph,
+//      kiln/algebra/algebra.h), a set of rewrites that enable fusion (hoisting a row scale out
+//      of a matmul, `matmul(x / r, W) = matmul(x, W) / r`) and at most one split of a reduced label
 //      into S parts (split-K / split-KV: each reduction over it becomes a partial reduction with
 //      a new leading dim, plus a kernel-level `sum` over that dim);
 //   2. a partition of the variant's ops into kernels: contiguous segments of one canonical
@@ -63,6 +64,7 @@ struct PGraph {
   std::vector<bool> label_ambiguous;
   int split_label = -1;  // the label split S ways, if any
   int64_t split_parts = 0;
+  int base = 0;  // which base graph of enumerate_variants it came from (0: the spec as written)
 
   bool ambiguous(int label) const { return label >= 0 && label_ambiguous[label]; }
 
@@ -76,31 +78,32 @@ struct PGraph {
 // Expands a spec (a kernel graph of predefined ops) into primitives, drops the nodes no output
 // depends on (inputs stay), and labels the dims.
 PGraph expand_spec(const KernelGraph& spec);
+// The primitive graph of a kernel graph that has only primitive predefined ops (what the algebra
+// pass extracts, algebra.h), every node stored in its tensor's dtype.
+PGraph primitive_graph(const KernelGraph& g);
 // Recomputes labels of a graph after a rewrite.
 void assign_labels(PGraph& g);
 
 struct VariantOptions {
-  // Algebraic rewrites of the kernel graph, each site alone: matmul associativity where it saves
-  // multiply-adds, sums over a matmul's output dim moved onto its operand, a shift cancelled in a
-  // normalization (generator.cpp).
+  // The algebra pass (algebra.h: an e-graph of the spec's primitive graph, saturated under these
+  // limits; its extracted graphs are the search's bases, each verified against the spec first).
   bool algebra = true;
+  int algebra_graphs = 4;  // bases, the spec as written included
+  int algebra_iterations = 8;
+  int64_t algebra_nodes = 4000;
+  double algebra_seconds = 2.0;  // at most; the search gives it at most 5% of its limit
   bool hoist_scales = true;
   bool split = true;
   int max_split = 64;           // largest S
   int64_t min_split_tile = 16;  // a split leaves at least this many elements per part
 };
-// Every variant of a spec's primitive graph: the plain expansion and each algebraic rewrite of
-// it, then for each of those every subset of the hoisting rewrites, each with no split or one
-// split of a reduced label that is not ambiguous. The first is the plain expansion.
+// Every variant of the bases (the spec's primitive graph first, then the algebra pass's graphs):
+// for each base every subset of the hoisting rewrites (a row scale out of a matmul), each with no
+// split or one split of a reduced label that is not ambiguous; round-robin over the bases, so the
+// first is the first base's plain form. Each variant's `base` says which base it came from.
+std::vector<PGraph> enumerate_variants(const std::vector<PGraph>& bases, const VariantOptions& opt);
+// The variants of one base.
 std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
-
-// The graphs of g with one normalization's shift cancelled, one per site:
-//   exp(x - m) / sum_d exp(x - m)  ->  exp(x) / sum_d exp(x)   for m constant along d
-// (softmax's expansion, a hand-written max). Exact in the reals; the shift-free form is the one
-// the attention lowering runs online (max-subtracted where that is safe). The new exp and sum are
-// float32. enumerate_variants includes them with opt.algebra; the search also gives their output
-// expressions to the pruner as roots, since no pruning axiom relates exp(x) to exp(x - m).
-std::vector<PGraph> shift_cancellations(const PGraph& g);
 
 // A partition: groups of non-constant node ids, each a contiguous segment of `order`.
 struct Partition {

@@ -89,6 +89,11 @@ struct SearchStats {
   std::map<std::string, int64_t> pruned;  // by reason
   double time_first_valid_s = -1;         // first verified candidate other than the spec
   double time_best_s = -1;                // the winner verified
+  // The algebra pass: its time (part of the limit), its one-line summary, and a line per
+  // extracted graph (its rewrites, modeled cost, the verifier's verdict).
+  double algebra_s = 0;
+  std::string algebra;
+  std::vector<std::string> algebra_graphs;
   double generate_s = 0, verify_s = 0, elapsed_s = 0;
   std::string pruner;       // the pruner's statistics line
   std::string enum_pruner;  // the enumerator's pruner's
@@ -137,6 +142,19 @@ struct Progress {
   const char* phase = "generate";
 };
 using ProgressFn = std::function<void(const Progress&)>;
+
+// The algebra pass's bases for a spec whose primitive graph is `base` (algebra.h): the
+// extracted graphs other than the one as written, each proven equal to the spec by the verifier
+// (those it does not prove are dropped and listed). `own` bounds the saturation, `hard` the
+// verification.
+struct AlgebraBases {
+  std::vector<PGraph> graphs;
+  std::string summary;             // the pass's line, with how many the verifier rejected
+  std::vector<std::string> lines;  // per extracted graph
+  nlohmann::json trace;            // what a trace records to rebuild the bases (trace_db.h)
+};
+AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const SearchConfig& config,
+                           const Deadline& own, const Deadline& hard);
 
 SearchResult run_search(const KernelGraph& spec, const SearchConfig& config,
                         TraceWriter* trace = nullptr, const ProgressFn& progress = {});

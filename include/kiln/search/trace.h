@@ -89,6 +89,8 @@ class TraceWriter {
   // What the trace is of: the spec (its mugraph/1 text) and the search's config. Graphs are
   // rebuilt from these (trace_db.h), so run_search() records them before any state.
   void begin(const KernelGraph& spec, const SearchConfig& config);
+  // One more meta row (the algebra pass's graphs, "algebra").
+  void meta(const std::string& key, std::string value);
   void write(std::vector<TraceState> batch);
   void write_run(TraceEnumRun run);
   void update(TraceUpdate u);

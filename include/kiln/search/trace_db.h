@@ -106,10 +106,10 @@ class TraceDb {
 std::string trace_tree(const TraceDb& db, int64_t root, int depth, int64_t limit);
 nlohmann::json trace_tree_json(const TraceDb& db, int64_t root, int depth, int64_t limit);
 
-// Rebuilds μGraphs from the trace's decisions: the variant is recomputed from the spec and
-// config the trace records (enumerate_variants is deterministic), each kernel is lowered (or its
-// enumerated recipe replayed) under its schedule, and a candidate is assembled from its kernels
-// and checked against the fingerprint the search recorded.
+// Rebuilds μGraphs from the trace's decisions: the variant is recomputed from the spec, config
+// and algebra graphs the trace records (enumerate_variants is deterministic), each kernel is
+// lowered (or its enumerated recipe replayed) under its schedule, and a candidate is assembled from
+// its kernels and checked against the fingerprint the search recorded.
 class TraceGraphs {
  public:
   explicit TraceGraphs(const TraceDb& db);  // throws UserError(Schema) on a trace without a spec
@@ -118,6 +118,15 @@ class TraceGraphs {
   // (its kernel alone, as the search costed it). Throws UserError(Name) for any other state, and
   // UserError(Unsupported) when the rebuilt graph is not the one searched (another Kiln wrote it).
   KernelGraph graph(int64_t id);
+  // The kernel graph a state's variant was built from: the spec as written (base 0) or a graph
+  // the algebra pass extracted, with the rewrites that made it. Throws UserError(Name) for the
+  // root and the spec's candidate, which have no variant.
+  struct Rewritten {
+    int base = 0;
+    std::vector<std::string> rewrites;
+    KernelGraph graph;
+  };
+  Rewritten rewritten(int64_t id);
   const KernelGraph& spec() const;
 
  private:
