@@ -3,6 +3,7 @@
 // condition, a spec that breaks the condition shows the rule does not fire.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 #include <fmt/format.h>
@@ -279,6 +280,138 @@ TEST_F(Rules, ShiftCancelsOnlyWhereConstantAlongTheSum) {
                              0));
   silent("cancel-shift", norm(R"({"name": "D", "op": "sub", "inputs": ["X", "Y2"]},)", 1));
   silent("cancel-shift", norm(R"({"name": "D", "op": "sub", "inputs": ["X", "c"]},)", 0));
+}
+
+}  // namespace
+}  // namespace kiln::algebra
+
+namespace kiln::algebra {
+namespace {
+
+// Random programs over the rules' vocabulary (matmul chains, transposes, reductions, scales by
+// constants, per-row and per-column vectors, exp, add/sub/mul/div), every rule at once: every
+// graph the pass extracts, costlier ones included, is proven equal to the program.
+TEST(RandomPrograms, RewriteOnlyToEqualPrograms) {
+  const char* seed_env = std::getenv("KILN_ALGEBRA_SEED");
+  std::mt19937 rng(seed_env ? std::atoi(seed_env) : 17);
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  auto extent = [&] { return std::uniform_int_distribution<int64_t>(2, 7)(rng); };
+  int fired = 0, graphs = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    // Values: name and shape; every value is rank 2.
+    struct V {
+      std::string name;
+      int64_t r, c;
+    };
+    std::vector<V> vals;
+    std::string inputs, nodes;
+    int next = 0;
+    auto fresh = [&] { return fmt::format("t{}", next++); };
+    auto input = [&](int64_t r, int64_t c) {
+      V v{fresh(), r, c};
+      inputs += (inputs.empty() ? "" : ",") + in(v.name.c_str(), {r, c});
+      vals.push_back(v);
+      return v;
+    };
+    auto node = [&](const std::string& op, std::vector<std::string> args, int64_t r, int64_t c,
+                    const std::string& attrs = "") {
+      V v{fresh(), r, c};
+      nodes += fmt::format(R"({}{{"name": "{}", "op": "{}", "inputs": ["{}"]{}}})",
+                           nodes.empty() ? "" : ",", v.name, op, fmt::join(args, "\", \""),
+                           attrs.empty() ? "" : ", \"attrs\": " + attrs);
+      vals.push_back(v);
+      return v;
+    };
+    V cur = input(extent(), extent());
+    const int steps = 2 + pick(4);
+    // The verifier reads exp of a value computed from an exp as a PRF, not a homomorphism
+    // (docs/verifier.md, "False negatives"): no second exp after the first, or a true rewrite
+    // there (a second softmax's shift cancelled) could not be proven.
+    bool exp_seen = false;
+    for (int s = 0; s < steps; ++s) {
+      int what = pick(8);
+      if (exp_seen && (what == 5 || what == 7)) what = 2;
+      exp_seen |= what == 5 || what == 7;
+      switch (what) {
+        case 0:
+        case 1: {  // a matmul by a new weight, sometimes a product of two
+          const int64_t n = extent();
+          if (pick(2)) {
+            const int64_t r = extent();
+            V a = input(cur.c, r), b = input(r, n);
+            V ab = node("matmul", {a.name, b.name}, cur.c, n);
+            cur = node("matmul", {cur.name, ab.name}, cur.r, n);
+          } else {
+            V w = input(cur.c, n);
+            cur = node("matmul", {cur.name, w.name}, cur.r, n);
+          }
+          break;
+        }
+        case 2:
+          cur = node("transpose", {cur.name}, cur.c, cur.r);
+          break;
+        case 3: {  // a sum over one dim, kept
+          const int d = pick(2);
+          cur = node("sum", {cur.name}, d == 0 ? 1 : cur.r, d == 1 ? 1 : cur.c,
+                     fmt::format(R"({{"dim": {}}})", d));
+          break;
+        }
+        case 4: {  // a scale: a constant, a per-row or a per-column vector
+          const char* op = pick(2) ? "mul" : "div";
+          const int kind = pick(3);
+          if (kind == 0) {
+            V k = node("constant", {}, 1, 1, fmt::format(R"({{"value": {}}})", 1 << pick(4)));
+            vals.back().r = vals.back().c = 0;
+            cur = node(op, {cur.name, k.name}, cur.r, cur.c);
+          } else {
+            V s = kind == 1 ? input(cur.r, 1) : input(1, cur.c);
+            cur = node(op, {cur.name, s.name}, cur.r, cur.c);
+          }
+          break;
+        }
+        case 5:
+          cur = node("exp", {cur.name}, cur.r, cur.c);
+          break;
+        case 6: {  // a residual of the same shape
+          V z = input(cur.r, cur.c);
+          cur = node(pick(2) ? "add" : "sub", {cur.name, z.name}, cur.r, cur.c);
+          break;
+        }
+        case 7: {  // a normalization along one dim with a per-row shift
+          V m = node("max", {cur.name}, cur.r, 1, R"({"dim": 1})");
+          V d = node("sub", {cur.name, m.name}, cur.r, cur.c);
+          V e = node("exp", {d.name}, cur.r, cur.c);
+          V l = node("sum", {e.name}, cur.r, 1, R"({"dim": 1})");
+          cur = node("div", {e.name, l.name}, cur.r, cur.c);
+          break;
+        }
+      }
+    }
+    // Constants are written with no inputs: the node() helper wrote "inputs": [""].
+    std::string text = spec(inputs, nodes, cur.name.c_str());
+    for (size_t p = text.find(R"("inputs": [""])"); p != std::string::npos;
+         p = text.find(R"("inputs": [""])", p))
+      text.replace(p, 14, R"("inputs": [])");
+    SCOPED_TRACE(text);
+    const KernelGraph g = parse_spec(text);
+    AlgebraOptions o;
+    o.keep_costlier = true;
+    o.max_graphs = 12;
+    o.limits.max_iterations = 4;
+    o.limits.max_nodes = 600;
+    AlgebraResult res = rewrite(term_graph(g), o);
+    for (size_t i = 1; i < res.graphs.size(); ++i) {
+      const KernelGraph x = to_kernel_graph(res.graphs[i].graph);
+      const verifier::Verdict v = verifier::verify(g, x);
+      EXPECT_TRUE(v.equivalent()) << verifier::outcome_name(v.outcome) << ": "
+                                  << fmt::format("{}", fmt::join(res.graphs[i].rewrites, "; "));
+      ++graphs;
+    }
+    fired += res.graphs.size() > 1;
+  }
+  // The generator is not idle: most programs have some rewrite.
+  EXPECT_GT(fired, 160);
+  EXPECT_GT(graphs, 500);
 }
 
 }  // namespace

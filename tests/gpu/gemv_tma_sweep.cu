@@ -576,6 +576,8 @@ int main(int argc, char** argv) {
       {"gemv m32 k14336 n4096", 32, 14336, 4096, 1, kId},
       {"gemv m1 k4096 n32000", 1, 4096, 32000, 1, kId},
       {"rms m8 k8192 n3072", 8, 8192, 3072, 1, kRms},
+      {"linear_mean m16 k4096 n4096", 16, 4096, 4096, 1, kId},
+      {"colsum (ones row) m1 k4096 n4096", 1, 4096, 4096, 1, kId},
   };
   if (argc >= 2 && std::string(argv[1]) == "--kmajor") {
     g_kmajor = true;
