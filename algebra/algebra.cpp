@@ -425,13 +425,30 @@ AlgebraResult rewrite(const TermGraph& written, const AlgebraOptions& opt) {
     if (auto x = ex.build({{alt[i].first, alt[i].second}})) pool.push_back(std::move(*x));
   std::stable_sort(pool.begin(), pool.end(),
                    [](const Extracted& a, const Extracted& b) { return a.cost_us < b.cost_us; });
+  // Cheapest first, but a graph made by a set of rules no kept graph used goes before one that
+  // only moves the same rewrites around (linear_mean's scale placed on either side of the sum):
+  // the bases should differ in what they compute, not only in where a scale sits.
   std::set<std::string> seen{structure(written)};
-  for (Extracted& x : pool) {
-    if (static_cast<int>(res.graphs.size()) >= opt.max_graphs) break;
-    if (!opt.keep_costlier && !(x.cost_us <= opt.max_cost_ratio * as_written.cost_us)) continue;
-    if (!seen.insert(structure(x.graph)).second) continue;
-    res.graphs.push_back(std::move(x));
-  }
+  std::set<std::set<std::string>> rule_sets;
+  auto rules_of = [](const Extracted& x) {
+    std::set<std::string> r;
+    for (const std::string& w : x.rewrites) r.insert(w.substr(0, w.find(" at ")));
+    return r;
+  };
+  std::vector<bool> taken(pool.size(), false);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < pool.size(); ++i) {
+      Extracted& x = pool[i];
+      if (taken[i] || static_cast<int>(res.graphs.size()) >= opt.max_graphs) continue;
+      if (!opt.keep_costlier && !(x.cost_us <= opt.max_cost_ratio * as_written.cost_us)) continue;
+      if (pass == 0 && rule_sets.count(rules_of(x))) continue;
+      taken[i] = true;
+      if (!seen.insert(structure(x.graph)).second) continue;
+      rule_sets.insert(rules_of(x));
+      res.graphs.push_back(std::move(x));
+    }
+  std::stable_sort(res.graphs.begin() + 1, res.graphs.end(),
+                   [](const Extracted& a, const Extracted& b) { return a.cost_us < b.cost_us; });
   res.seconds = since(start);
   return res;
 }

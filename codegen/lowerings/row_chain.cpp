@@ -39,9 +39,10 @@ bool shape_fits(Kind k, const Shape& tile, int64_t R, int64_t N) {
     case Kind::Row:
       return !tile.empty() && tile.back() == N && numel(tile) == R * N;
     case Kind::Weight:
-      return !tile.empty() && tile.back() == N && numel(tile) == N;
+      return !tile.empty() && (tile.back() == N || tile == Shape{N, 1}) && numel(tile) == N;
     case Kind::Scalar:
-      return numel(tile) == R && (tile.empty() || tile.back() == 1 || R == 1);
+      return numel(tile) == R &&
+             (tile.empty() || tile.back() == 1 || R == 1 || (tile.size() == 1 && tile[0] == R));
     case Kind::Const:
       return numel(tile) == 1;
     case Kind::Out:
@@ -55,8 +56,11 @@ bool shape_fits(Kind k, const Shape& tile, int64_t R, int64_t N) {
 std::optional<Kind> input_kind(const BlockGraph& bg, const BlockOp& o, int gd, int64_t R,
                                int64_t N) {
   const TensorDesc& td = bg.inputs[o.io];
-  if (td.shape.empty() || td.shape.back() != N || td.shape.size() > 2) return std::nullopt;
   const bool mapped = gd >= 0 && o.imap[gd] != -1;
+  // A [N, 1] column (a matrix-vector product's vector): the same N contiguous values as a [N]
+  // weight, read whole by every block.
+  if (td.shape == Shape{N, 1} && o.shape == td.shape && !mapped && N > 1) return Kind::Weight;
+  if (td.shape.empty() || td.shape.back() != N || td.shape.size() > 2) return std::nullopt;
   for (size_t d = 0; d < o.imap.size(); ++d)  // a grid dim of extent 1 maps nothing
     if (static_cast<int>(d) != gd && o.imap[d] != -1 && bg.grid[d] > 1) return std::nullopt;
   if (numel(td.shape) == N && numel(o.shape) == N && !mapped)
@@ -90,19 +94,46 @@ std::optional<Kind> op_kind(const BlockGraph& bg, int i, const std::vector<Kind>
     case OpClass::Binary:
     case OpClass::Fused:
       return combine(in);
-    case OpClass::Reduce:
-      if (in[0] != Kind::Row || !over_last(o, bg.ops[o.inputs[0]].shape)) return std::nullopt;
+    case OpClass::Reduce: {
+      const Shape& xs = bg.ops[o.inputs[0]].shape;
+      // A per-row value reduced over a dim of extent 1 (a sum that drops a kept dim): itself.
+      if (in[0] == Kind::Scalar) {
+        const int64_t r = static_cast<int64_t>(xs.size());
+        const int64_t d = o.attrs.dim < 0 ? o.attrs.dim + r : o.attrs.dim;
+        if (d < 0 || d >= r || xs[d] != 1) return std::nullopt;
+        return Kind::Scalar;
+      }
+      if (in[0] != Kind::Row || !over_last(o, xs)) return std::nullopt;
       return Kind::Scalar;
+    }
+    case OpClass::Matmul: {
+      // A row times a column: the row's dot product with a weight vector, one value per row.
+      const Shape& bs = bg.ops[o.inputs[1]].shape;
+      if (in[0] != Kind::Row || in[1] != Kind::Weight || bs != Shape{N, 1}) return std::nullopt;
+      return Kind::Scalar;
+    }
     case OpClass::Output: {
       const TensorDesc& td = bg.outputs[o.io];
+      if (in[0] == Kind::Scalar) {  // one value per row: an [M] or [M, 1] output
+        if (td.shape.empty() || td.shape.size() > 2 || numel(td.shape) != R * bg.num_blocks() ||
+            (td.shape.size() == 2 && td.shape[1] != 1))
+          return std::nullopt;
+        if (bg.num_blocks() > 1 && o.imap[gd] != 0) return std::nullopt;
+        return Kind::Out;
+      }
       if (in[0] != Kind::Row || td.shape.size() > 2 || td.shape.back() != N) return std::nullopt;
       if (numel(td.shape) != R * N * bg.num_blocks()) return std::nullopt;
       if (bg.num_blocks() > 1 && o.imap[gd] != static_cast<int>(td.shape.size()) - 2)
         return std::nullopt;
       return Kind::Out;
     }
-    case OpClass::Matmul:
-    case OpClass::Transpose:
+    case OpClass::Transpose: {
+      // A weight vector turned between [1, N] and [N, 1]: the same N values.
+      const Shape& xs = bg.ops[o.inputs[0]].shape;
+      if (in[0] != Kind::Weight || numel(xs) != N || xs.size() != 2 || o.shape.size() != 2)
+        return std::nullopt;
+      return Kind::Weight;
+    }
     case OpClass::Accum:
     case OpClass::GraphDefined:
     case OpClass::RmsNorm:  // not block ops: block graphs spell them with sums and elementwise ops
@@ -135,8 +166,15 @@ std::optional<RowChainKernel> RowChainKernel::match(const PlanContext& ctx, int 
     }
   if (!saver || saver->shape.empty()) return std::nullopt;
   RowChainKernel p;
-  p.n = saver->shape.back();
-  p.rows = numel(saver->shape) / p.n;
+  // N: the row's length, the widest last dim of any tile (a saver may store per-row values).
+  for (const BlockOp& o : bg.ops)
+    if (!o.shape.empty()) p.n = std::max(p.n, o.shape.back());
+  p.rows = saver->shape.back() == p.n ? numel(saver->shape) / p.n : numel(saver->shape);
+  // A 1-D saver of N values is a row (R = 1) or N per-row values; with R = N tiles around, which
+  // one is not decided here.
+  if (saver->shape.size() == 1 && saver->shape[0] == p.n && p.n > 1)
+    for (const BlockOp& o : bg.ops)
+      if (numel(o.shape) == p.n * p.n) return std::nullopt;
   p.blocks = bg.num_blocks();
   if (p.n % kChunk != 0) return std::nullopt;
   for (size_t i = 0; i < bg.ops.size(); ++i) {
@@ -146,7 +184,11 @@ std::optional<RowChainKernel> RowChainKernel::match(const PlanContext& ctx, int 
     std::optional<Kind> kd = op_kind(bg, static_cast<int>(i), p.kind, gd, p.rows, p.n);
     if (!kd) return std::nullopt;
     if (*kd != Kind::Out && !shape_fits(*kd, o.shape, p.rows, p.n)) return std::nullopt;
-    if (op_info(o.kind).cls == OpClass::Reduce) p.reductions += 1;
+    // Block reductions: over a row (a reduce or a row-by-column product); a per-row value
+    // reduced over its extent-1 dim is itself.
+    const OpClass cls = op_info(o.kind).cls;
+    if ((cls == OpClass::Reduce && p.kind[o.inputs[0]] == Kind::Row) || cls == OpClass::Matmul)
+      p.reductions += 1;
     p.kind.push_back(*kd);
   }
   // Threads: a whole number of warps, at most 1024, each with one chunk of the row where the
@@ -187,16 +229,31 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
     c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
   for (const TensorDesc& td : bg.outputs)
     c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
-  for (const BlockOp& o : bg.ops)
+  // Flops of the ops that compute: loads, stores and a weight's transpose (the same registers)
+  // do none; a row-by-column product is a multiply-add per element of the row.
+  for (const BlockOp& o : bg.ops) {
+    const OpClass cls = op_info(o.kind).cls;
+    if (cls == OpClass::Input || cls == OpClass::Output || cls == OpClass::Transpose) continue;
     if (o.thread)
       for (const ThreadOp& to : o.thread->ops)
         c.cuda_flops += double(numel(o.shape) * blocks) * op_weight(to.kind);
+    else if (cls == OpClass::Matmul)
+      c.cuda_flops += double(rows * n * blocks);
     else
       c.cuda_flops += double(numel(o.shape) * blocks) * std::max(1.0, op_weight(o.kind));
+  }
   c.round_trips = rows;
-  c.waves = cdiv(blocks, x.t.sm_count);
+  // Blocks resident per SM: threads bound it (no shared memory beyond the 32-float scratch), so
+  // a grid of one-row blocks is one wave where each SM holds them all. H200, 1024 rows of 4096
+  // bf16 dotted with a vector (session 12): 1024 blocks of 256 threads 3.84 us, 256 blocks of 4
+  // rows 4.06, 128 blocks of 8 rows 4.35 (the generic block kernel 5.00).
+  const int64_t resident = std::clamp<int64_t>(2048 / std::max(threads, 32), 1, 32);
+  c.waves = cdiv(blocks, x.t.sm_count * resident);
   double dram_u = 0, comp_u = 0;
-  cost::grid_utilization(double(blocks), x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
+  // It streams like the runtime's vector kernels (16-byte loads, a whole row in flight per
+  // block), not like the generic kernels that row_efficiency was fitted on: the runtime GEMV's
+  // efficiency (the H200 row dot above ran at 93% of its copy rate, counting the launch).
+  cost::grid_utilization(double(blocks), x.t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
   c.t_lat = double(c.waves) *
             (double(rows - 1) * k.dram_latency_s + double(rows) * double(reductions) * kReduceS);
   cost::finish_times(c, x.t, k, dram_u, comp_u);
@@ -231,10 +288,15 @@ class RowChainWriter {
         return elementwise(i, kd);
       case OpClass::Reduce:
         return reduce(i);
+      case OpClass::Matmul:  // a row times a column: a dot product over the row
+        block_reduce(fmt::format("v{}", i),
+                     fmt::format("{} * {}", at(o.inputs[0]), at(o.inputs[1])), false);
+        return;
       case OpClass::Output:
         return store(i);
-      case OpClass::Matmul:
-      case OpClass::Transpose:
+      case OpClass::Transpose:  // a weight vector's other orientation: the same registers
+        c_.f("float (&v{})[{}][{}] = v{};", i, p_.chunks, kChunk, o.inputs[0]);
+        return;
       case OpClass::Accum:
       case OpClass::GraphDefined:
       case OpClass::RmsNorm:
@@ -316,6 +378,11 @@ class RowChainWriter {
 
   void reduce(int i) {
     const BlockOp& o = bg_.ops[i];
+    if (p_.kind[o.inputs[0]] == Kind::Scalar) {  // over an extent-1 dim: the value itself
+      const double n = o.kind == OpKind::Mean && o.attrs.count ? double(o.attrs.count) : 1.0;
+      c_.f("const float v{} = v{} / {};", i, o.inputs[0], flit(n));
+      return;
+    }
     const bool mx = o.kind == OpKind::Max;
     block_reduce(fmt::format("v{}", i), at(o.inputs[0]), mx);
     if (o.kind == OpKind::Mean) c_.f("v{0} = v{0} / {1};", i, flit(double(count(o))));
@@ -324,6 +391,10 @@ class RowChainWriter {
   void store(int i) {
     const BlockOp& o = bg_.ops[i];
     const char* T = ctype(bg_.outputs[o.io].dtype);
+    if (p_.kind[o.inputs[0]] == Kind::Scalar) {  // one value per row, from the reduction's owner
+      c_.f("if (tid == 0) out{}[row] = kiln::rt::from_f32<{}>(v{});", o.io, T, o.inputs[0]);
+      return;
+    }
     c_.line("#pragma unroll");
     c_.open(fmt::format("for (int k = 0; k < {}; ++k) {{", p_.chunks));
     c_.f("const int c = tid + k * {};", p_.threads);

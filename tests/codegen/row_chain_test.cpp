@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kiln/codegen/emit.h"
 #include "kiln/codegen/lowerings/row_chain.h"
 #include "kiln/codegen/schedule.h"
@@ -148,5 +150,63 @@ TEST(RowChain, CostsItsRowsAndReductions) {
   EXPECT_LE(time({16, 1024, 1}), time({16, 1024, 8}));
 }
 
+// A row times a column (linear_mean's X·v after its rewrite): each row's dot product with a
+// shared vector, one value per row, saved as an [M] output; the vector as a [N, 1] column or as
+// the transpose of a [1, N] row. Two columns, or a column that differs per block, are not a row
+// chain.
+KernelGraph row_dot(int64_t M, int64_t N, int64_t R, bool transposed, int64_t cols = 1,
+                    bool keep = false) {
+  const int64_t G = M / R;
+  const Shape vshape = transposed ? Shape{1, N} : Shape{N, cols};
+  std::vector<TensorDesc> ins = {{"X", {M, N}, DType::BF16}, {"v", vshape, DType::F32}};
+  BlockGraphBuilder b({G}, 128, {}, ins);
+  int x = b.input(0, {0}, {});
+  int v = b.input(1, {-1}, {});
+  if (transposed) {
+    Attrs p;
+    p.perm = {1, 0};
+    v = b.op(OpKind::Transpose, {v}, p);
+  }
+  int d = b.op(OpKind::MatMul, {x, v});
+  if (!keep) {
+    Attrs drop;
+    drop.dim = 1;
+    drop.keepdim = false;
+    d = b.op(OpKind::Sum, {d}, drop);
+  }
+  Attrs inv;
+  inv.value = 1.0 / double(N);
+  int y = b.op(OpKind::Mul, {d, b.op(OpKind::Constant, {}, inv)});
+  b.output(y, {0}, {}, DType::BF16, "Y");
+  KernelGraphBuilder kb("row_dot", "", Arch::Sm90a);
+  std::vector<int> kin = {kb.input("X", {M, N}, DType::BF16), kb.input("v", vshape, DType::F32)};
+  auto bg = std::make_shared<const BlockGraph>(std::move(b).finish(target_for(Arch::Sm90a)));
+  kb.output(kb.graph_defined(bg, kin, "k")[0]);
+  return std::move(kb).finish();
+}
+
+TEST(RowChain, DotsRowsWithAColumnAndSavesOneValuePerRow) {
+  const Target& t = target_for(Arch::Sm90a);
+  for (bool transposed : {false, true})
+    for (bool keep : {false, true})
+      for (auto [M, N, R] : {std::tuple{1024, 4096, 1}, {64, 2048, 8}, {16, 512, 16}}) {
+        SCOPED_TRACE(
+            fmt::format("M {} N {} R {} transposed {} keep {}", M, N, R, transposed, keep));
+        const KernelGraph g = row_dot(M, N, R, transposed, 1, keep);
+        const Schedule s = plan_schedule(g, t);
+        const RowChainKernel* p = s.kernels[0].as<RowChainKernel>();
+        ASSERT_TRUE(p) << s.kernels[0].strategy();
+        EXPECT_EQ(p->n, N);
+        EXPECT_EQ(p->rows, R);
+        EXPECT_EQ(p->blocks, M / R);
+        EXPECT_EQ(p->reductions, 1);  // the dot; the sum that drops the kept dim is the value
+        const std::string cu = emit_cuda(g);
+        EXPECT_NE(cu.find("if (tid == 0) out0[row] = kiln::rt::from_f32<__nv_bfloat16>("),
+                  std::string::npos);
+        EXPECT_NE(cu.find(" * v"), std::string::npos);  // the product inside the block sum
+      }
+  // Two columns: a matmul, not a dot.
+  EXPECT_FALSE(plan_schedule(row_dot(64, 512, 8, false, 2), t).kernels[0].as<RowChainKernel>());
+}
 }  // namespace
 }  // namespace kiln

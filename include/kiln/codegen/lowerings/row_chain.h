@@ -1,13 +1,15 @@
 // Graph-defined row chains in registers: a block graph whose every value is a full row of N
-// elements (per row, or the same for every row: a weight), one value per row (a reduction over
-// the row) or a constant, computed from rows of its inputs by elementwise ops and sums, means and
-// maxima over the row: the search's fusions of rms_norm, layer_norm and softmax over the row, and
-// of chains of them (norm -> residual add -> norm). The generic block-graph kernel stages every
-// tile in shared memory with barriers between steps; this kernel holds each row in registers
-// (8-element chunks loaded with 16-byte vector loads, chunk c of a row at thread c % T), reduces
-// with warp shuffles and one shared 32-float scratch per block reduction, and walks the rows of its
-// block one after another. The value of every element is the block graph's (same ops in float32,
-// same rounding of inputs and outputs); only the placement differs.
+// elements (per row, or the same for every row: a weight, also a [N, 1] column), one value per
+// row (a reduction over the row, a row times a column, saved as an [M] or [M, 1] output) or a
+// constant, computed from rows of its inputs by elementwise ops and sums, means and maxima over
+// the row (linear_mean's X·v after its rewrite, a row-dot per output): the search's fusions of
+// rms_norm, layer_norm and softmax over the row, and of chains of them (norm -> residual add ->
+// norm). The generic block-graph kernel stages every tile in shared memory with barriers between
+// steps; this kernel holds each row in registers (8-element chunks loaded with 16-byte vector
+// loads, chunk c of a row at thread c % T), reduces with warp shuffles and one shared 32-float
+// scratch per block reduction, and walks the rows of its block one after another. The value of
+// every element is the block graph's (same ops in float32, same rounding of inputs and outputs);
+// only the placement differs.
 #pragma once
 
 #include <cstdint>
