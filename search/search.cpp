@@ -916,6 +916,7 @@ AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const Se
       fmt::format("{}; {} verified{} ({:.3f} s in all)", r.summary(), out.graphs.size(),
                   rejected ? fmt::format(", {} rejected by the verifier", rejected) : std::string(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  out.trace["summary"] = out.summary;
   return out;
 }
 

@@ -487,6 +487,12 @@ TraceSummary TraceDb::summary() const {
   }
   std::string t = meta("last_t_ms");
   if (!t.empty()) s.elapsed_s = std::stod(t) / 1000.0;
+  if (std::string a = meta("algebra"); !a.empty()) {
+    nlohmann::json j = parse_json_text(a, path() + ":algebra");
+    s.algebra = j.value("summary", std::string());
+    for (const nlohmann::json& g : j.value("graphs", nlohmann::json::array()))
+      s.algebra_bases.push_back(g.value("rewrites", std::vector<std::string>{}));
+  }
   if (std::optional<TraceRow> root = find(0))
     s.spec = root->detail.substr(root->detail.find(' ') + 1);
   return s;
@@ -503,6 +509,8 @@ nlohmann::json TraceSummary::to_json() const {
           {"best_verified_us",
            best_verified_us < 0 ? nlohmann::json(nullptr) : nlohmann::json(best_verified_us)},
           {"elapsed_s", elapsed_s},
+          {"algebra", algebra},
+          {"algebra_bases", algebra_bases},
           {"complete", complete}};
 }
 
@@ -529,6 +537,11 @@ std::string TraceSummary::str() const {
   }
   s += fmt::format("candidates costed {}, verified {}\n", costed_candidates, verified);
   if (best_verified_us >= 0) s += fmt::format("best verified: {:.2f} us\n", best_verified_us);
+  if (!algebra.empty()) {
+    s += fmt::format("algebra: {}\n", algebra);
+    for (size_t i = 0; i < algebra_bases.size(); ++i)
+      s += fmt::format("  base {}: {}\n", i + 1, fmt::join(algebra_bases[i], "; "));
+  }
   return s;
 }
 

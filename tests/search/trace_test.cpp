@@ -279,6 +279,11 @@ TEST(Trace, NamesTheRewrittenKernelGraphOfACandidate) {
   EXPECT_GT(from_algebra, 0);
   EXPECT_GT(from_spec, 0);
   EXPECT_NE(db.meta("algebra").find("matmul-assoc"), std::string::npos);
+  // The summary names the pass and each base's rewrites.
+  const TraceSummary sum = db.summary();
+  EXPECT_NE(sum.algebra.find("verified"), std::string::npos) << sum.algebra;
+  ASSERT_FALSE(sum.algebra_bases.empty());
+  EXPECT_NE(sum.str().find("base 1: matmul-assoc"), std::string::npos) << sum.str();
   EXPECT_FALSE(r.stats.algebra.empty());
 }
 

@@ -58,6 +58,9 @@ struct TraceSummary {
   int64_t verified = 0, costed_candidates = 0;
   double best_verified_us = -1;
   double elapsed_s = 0;  // time of the last state written
+  // The algebra pass (meta "algebra"): its line, and the rewrites of each base it handed on.
+  std::string algebra;
+  std::vector<std::vector<std::string>> algebra_bases;
   // False for a trace whose run stopped before closing it (killed): the counts are then those of
   // the rows it committed, counted now, and the enumerator's packed runs are not in them.
   bool complete = true;
