@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <optional>
 
+#include <fmt/format.h>
+
 namespace kiln::search {
 
 namespace {
@@ -43,8 +45,15 @@ GraphCost estimate_cost(const KernelGraph& g, const Target& t) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const KernelOp& op = g.ops[i];
     if (op.kind == OpKind::Constant) continue;
-    // Fused into its consumer's kernel by the planner (plan_schedule's prologues).
-    if (s && i < s->kernels.size() && s->kernels[i].fused_into >= 0) continue;
+    // Fused into its consumer's kernel by the planner (plan_schedule's prologues), or read in
+    // place by it (a transpose a matmul reads K-major).
+    if (s && i < s->kernels.size() && s->kernels[i].fused_into >= 0) {
+      const FusedIntoKernel* f = s->kernels[i].as<FusedIntoKernel>();
+      const std::string into = f ? f->into : g.ops[s->kernels[i].fused_into].name;
+      c.fused.push_back(fmt::format("{} {} {}", op.name,
+                                    f && f->in_place ? "read in place by" : "fused into", into));
+      continue;
+    }
     c.kernels.push_back(planned_cost(g, i, t, s));
     c.time += c.kernels.back().time;
     c.launches++;
@@ -98,6 +107,7 @@ nlohmann::json cost_to_json(const GraphCost& c) {
   }
   nlohmann::json j = {{"time_us", c.time * 1e6}, {"launches", c.launches}, {"kernels", ks}};
   if (c.kernels.size() > kListed) j["kernels_not_listed"] = c.kernels.size() - kListed;
+  if (!c.fused.empty()) j["fused"] = c.fused;
   return j;
 }
 

@@ -666,9 +666,14 @@ class BranchRunner {
       c.rewrites = v_.rewrites;
       if (enumerated) c.rewrites.push_back("block graph enumerated op by op");
       out_.stats.complete++;
-      c.state = state(ps, TraceKind::Candidate,
-                      tracing() ? fmt::format("{}", fmt::join(ds, " | ")) : std::string(),
-                      "f" + c.fingerprint);
+      // The trace names what runs no kernel of its own: a transpose read in place (K-major
+      // operand) or an op fused into its consumer.
+      c.state = state(
+          ps, TraceKind::Candidate,
+          tracing() ? fmt::format("{}{}{}", fmt::join(ds, " | "), c.cost.fused.empty() ? "" : "; ",
+                                  fmt::join(c.cost.fused, "; "))
+                    : std::string(),
+          "f" + c.fingerprint);
       if (tracing()) {
         rows_.back().kernels = std::move(kstates);
         rows_.back().cost_us = c.cost.time * 1e6;
@@ -1002,7 +1007,9 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   fallback.verified = true;
   fallback.verdict = "the spec itself";
   fallback.state = next_id++;
-  row(fallback.state, 0, TraceKind::Candidate, "the spec itself (predefined ops)",
+  row(fallback.state, 0, TraceKind::Candidate,
+      fmt::format("the spec itself (predefined ops){}{}", fallback.cost.fused.empty() ? "" : "; ",
+                  fmt::join(fallback.cost.fused, "; ")),
       "spec f" + fallback.fingerprint);
   head.back().status = TraceStatus::Costed;
   head.back().cost_us = fallback.cost.time * 1e6;

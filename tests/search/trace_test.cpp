@@ -287,6 +287,30 @@ TEST(Trace, NamesTheRewrittenKernelGraphOfACandidate) {
   EXPECT_FALSE(r.stats.algebra.empty());
 }
 
+// Issue 15: a transpose that a matmul reads in place (W stored [N, K], nn.Linear's layout) runs
+// no kernel, and the candidate's trace row says so (the spec's own candidate: its predefined
+// GEMV reads Wᵀ K-major).
+TEST(Trace, NamesTransposesReadInPlace) {
+  std::string path = temp("inplace.trace");
+  const KernelGraph spec = parse_spec(R"({"name": "lin", "inputs": [
+      {"name": "X", "shape": [16, 4096], "dtype": "bf16"}, {"name": "W", "shape": [4096, 4096], "dtype": "bf16"}],
+    "nodes": [{"name": "Wt", "op": "transpose", "inputs": ["W"]},
+              {"name": "Y", "op": "matmul", "inputs": ["X", "Wt"]}], "outputs": ["Y"]})");
+  SearchConfig c = small_config();
+  c.time_limit_s = 20;
+  traced(spec, c, path);
+  TraceDb db = TraceDb::open(path);
+  TraceFilter cand;
+  cand.kind = TraceKind::Candidate;
+  int in_place = 0;
+  for (const TraceRow& row : db.select(cand, 1 << 20))
+    in_place += row.detail.find("Wt read in place by k1_Y") != std::string::npos;
+  EXPECT_GT(in_place, 0) << "no candidate row names the transpose read in place";
+  const TraceRow spec_row = db.get(1);
+  EXPECT_NE(spec_row.detail.find("the spec itself"), std::string::npos) << spec_row.detail;
+  EXPECT_NE(spec_row.detail.find("Wt read in place by k1_Y"), std::string::npos) << spec_row.detail;
+}
+
 TEST(Trace, ScheduleCodesRoundTrip) {
   std::mt19937 rng(7);
   for (int i = 0; i < 500; ++i) {

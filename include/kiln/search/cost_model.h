@@ -32,6 +32,9 @@ struct GraphCost {
   std::vector<KernelCost> kernels;
   double time = 0;  // seconds: the kernels run back to back
   int launches = 0;
+  // Ops that run no kernel of their own, in words: "Wt read in place by k1_Y" (a transpose a
+  // matmul reads K-major), "x0 fused into k1_Y" (a prologue). For traces and reports.
+  std::vector<std::string> fused;
 };
 
 // One kernel; `block`, for a graph-defined op, costs it as the generic block-graph kernel under
