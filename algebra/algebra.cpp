@@ -117,11 +117,9 @@ SaturationReport saturate(EGraph& g, const Limits& lim, const std::vector<Rule>&
     IterationStats s;
     // Search every node first, then apply (a rule sees the graph as the iteration found it).
     std::vector<Match> matches;
-    for (ClassId c : g.class_ids()) {
-      const std::vector<ENode> nodes = g.cls(c).nodes;
-      for (const ENode& n : nodes)
+    for (ClassId c : g.class_ids())
+      for (const ENode& n : g.cls(c).nodes)
         for (const Rule& r : rules) r.find(g, c, n, matches);
-    }
     s.matches = matches.size();
     bool cut = false;
     for (size_t i = 0; i < matches.size(); ++i) {
@@ -311,7 +309,9 @@ class Extractor {
       for (const auto& [rule, nm] : made)
         if (rule == made[i].first) at.push_back(nm);
       x.rewrites.push_back(fmt::format("{} at {}", made[i].first, fmt::join(at, ", ")));
+      x.rules.push_back(made[i].first);
     }
+    std::sort(x.rules.begin(), x.rules.end());
     x.cost_us = graph_cost(t);
     return x;
   }
@@ -425,32 +425,33 @@ AlgebraResult rewrite(const TermGraph& written, const AlgebraOptions& opt) {
     if (auto x = ex.build({{alt[i].first, alt[i].second}})) pool.push_back(std::move(*x));
   std::stable_sort(pool.begin(), pool.end(),
                    [](const Extracted& a, const Extracted& b) { return a.cost_us < b.cost_us; });
-  // Cheapest first, but a graph made by a set of rules no kept graph used goes before one that
-  // only moves the same rewrites around (linear_mean's scale placed on either side of the sum):
-  // the bases should differ in what they compute, not only in where a scale sits.
+  // Cheapest first, each structure once, within the cost ratio; a new set of rules before one
+  // already taken (linear_mean's scale placed on either side of the sum is one way to compute it).
   std::set<std::string> seen{structure(written)};
-  std::set<std::set<std::string>> rule_sets;
-  auto rules_of = [](const Extracted& x) {
-    std::set<std::string> r;
-    for (const std::string& w : x.rewrites) r.insert(w.substr(0, w.find(" at ")));
-    return r;
-  };
-  std::vector<bool> taken(pool.size(), false);
-  for (int pass = 0; pass < 2; ++pass)
-    for (size_t i = 0; i < pool.size(); ++i) {
-      Extracted& x = pool[i];
-      if (taken[i] || static_cast<int>(res.graphs.size()) >= opt.max_graphs) continue;
-      if (!opt.keep_costlier && !(x.cost_us <= opt.max_cost_ratio * as_written.cost_us)) continue;
-      if (pass == 0 && rule_sets.count(rules_of(x))) continue;
-      taken[i] = true;
-      if (!seen.insert(structure(x.graph)).second) continue;
-      rule_sets.insert(rules_of(x));
-      res.graphs.push_back(std::move(x));
-    }
+  std::vector<Extracted*> eligible;
+  for (Extracted& x : pool)
+    if ((opt.keep_costlier || x.cost_us <= opt.max_cost_ratio * as_written.cost_us) &&
+        seen.insert(structure(x.graph)).second)
+      eligible.push_back(&x);
+  std::vector<std::vector<std::string>> rule_sets;
+  for (const Extracted* x : eligible) rule_sets.push_back(x->rules);
+  for (size_t i : new_rules_first(rule_sets)) {
+    if (static_cast<int>(res.graphs.size()) >= opt.max_graphs) break;
+    res.graphs.push_back(std::move(*eligible[i]));
+  }
   std::stable_sort(res.graphs.begin() + 1, res.graphs.end(),
                    [](const Extracted& a, const Extracted& b) { return a.cost_us < b.cost_us; });
   res.seconds = since(start);
   return res;
+}
+
+std::vector<size_t> new_rules_first(const std::vector<std::vector<std::string>>& rule_sets) {
+  std::vector<size_t> first, rest;
+  std::set<std::vector<std::string>> seen;
+  for (size_t i = 0; i < rule_sets.size(); ++i)
+    (seen.insert(rule_sets[i]).second ? first : rest).push_back(i);
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
 }
 
 std::string AlgebraResult::summary() const {

@@ -19,12 +19,11 @@ const Shape& shape(const EGraph& g, ClassId c) {
 int64_t rank(const EGraph& g, ClassId c) {
   return static_cast<int64_t>(shape(g, c).size());
 }
+// Calls f on every node of kind k in class c. Finders only read the graph, so the class cannot
+// change under f.
 template <class F>
 void each(const EGraph& g, ClassId c, OpKind k, F f) {
-  // A copy: f may look at other classes, and the class must not change under it (it cannot:
-  // finders only read), but a copy keeps that independent of the container.
-  const std::vector<ENode> nodes = g.cls(c).nodes;
-  for (const ENode& n : nodes)
+  for (const ENode& n : g.cls(c).nodes)
     if (n.kind == k) f(n);
 }
 void emit(Out& out, ClassId target, const char* rule, std::vector<RNode> rhs) {
@@ -370,8 +369,7 @@ void transpose_of_transpose(const EGraph& g, ClassId c, const ENode& n, Out& out
 void transpose_through_elementwise(const EGraph& g, ClassId c, const ENode& n, Out& out) {
   if (n.kind != OpKind::Transpose) return;
   const ClassId in = n.kids[0];
-  const std::vector<ENode> nodes = g.cls(in).nodes;
-  for (const ENode& e : nodes) {
+  for (const ENode& e : g.cls(in).nodes) {
     const OpClass k = op_info(e.kind).cls;
     if (k != OpClass::Unary && k != OpClass::Binary) continue;
     std::vector<RNode> rhs;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/algebra/algebra.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/hash.h"
 
@@ -320,33 +321,30 @@ PGraph expand_spec(const KernelGraph& spec) {
 }
 
 PGraph primitive_graph(const KernelGraph& kg) {
-  PGraph g;
-  g.name = kg.name;
-  g.doc = kg.doc;
-  std::vector<int> node_of(kg.tensors.size(), -1);
-  for (int t : kg.inputs) {
-    PNode n;
-    n.kind = OpKind::Input;
-    n.shape = kg.tensor(t).shape;
-    n.dtype = kg.tensor(t).dtype;
-    n.name = kg.tensor(t).name;
-    g.nodes.push_back(n);
-    node_of[t] = static_cast<int>(g.nodes.size()) - 1;
-    g.inputs.push_back(node_of[t]);
-  }
   for (const KernelOp& op : kg.ops) {
     const OpClass cls = op_info(op.kind).cls;
     KILN_ASSERT(cls != OpClass::GraphDefined && cls != OpClass::Softmax &&
                     cls != OpClass::RmsNorm && op.kind != OpKind::Mean,
                 "primitive_graph of {} ({}): not a primitive op", op.name, op_name(op.kind));
-    std::vector<int> in;
-    for (int t : op.inputs) in.push_back(node_of[t]);
-    int out = add_node(g, op.kind, std::move(in), op.attrs, op.name);
-    // The stored type as the graph states it (the algebra pass makes its new intermediates f32).
-    if (op.kind != OpKind::Constant) g.nodes[out].dtype = kg.tensor(op.outputs[0]).dtype;
-    node_of[op.outputs[0]] = out;
   }
-  for (int t : kg.outputs) g.outputs.push_back(node_of[t]);
+  // The algebra pass's term graph is node for node a primitive graph without labels; every node
+  // keeps the type the graph stores it in (the pass makes its new intermediates f32).
+  const algebra::TermGraph t = algebra::term_graph(kg);
+  PGraph g;
+  g.name = t.name;
+  g.doc = t.doc;
+  for (const algebra::TermNode& x : t.nodes) {
+    PNode n;
+    n.kind = x.kind;
+    n.inputs = x.inputs;
+    n.attrs = x.attrs;
+    n.shape = x.shape;
+    n.dtype = x.dtype;
+    n.name = x.name;
+    g.nodes.push_back(std::move(n));
+  }
+  g.inputs = t.inputs;
+  g.outputs = t.outputs;
   remove_dead(g);
   assign_labels(g);
   return g;

@@ -738,6 +738,18 @@ std::vector<int64_t> launch_shape(const Candidate& c) {
   return shape;
 }
 
+namespace {
+// The verifier as the search runs it: the run's seed, threads and memory limit, and a deadline.
+verifier::VerifyOptions verify_options(const SearchConfig& config, const Deadline& deadline) {
+  verifier::VerifyOptions vo;
+  vo.seed = config.seed;
+  vo.threads = config.threads;
+  vo.deadline = deadline;
+  vo.max_bytes = config.max_memory_mb << 20;
+  return vo;
+}
+}  // namespace
+
 CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const SearchConfig& config,
                                bool float_check, const Deadline& deadline) {
   CandidateCheck r;
@@ -746,11 +758,7 @@ CandidateCheck check_candidate(const KernelGraph& spec, Candidate& c, const Sear
   c.verified = false;
   c.float_checked = false;
   if (!c.is_spec && config.verify) {
-    verifier::VerifyOptions vo;
-    vo.seed = config.seed;
-    vo.threads = config.threads;
-    vo.deadline = deadline;
-    vo.max_bytes = config.max_memory_mb << 20;
+    const verifier::VerifyOptions vo = verify_options(config, deadline);
     verifier::Verdict v;
     try {
       v = verifier::verify(spec, c.graph, vo);
@@ -890,10 +898,9 @@ AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const Se
   const Target& target = target_for(config.arch);
   const double spec_us = estimate_cost(spec, target).time * 1e6;
   struct Pooled {
-    size_t i;
+    size_t i;  // index into r.graphs
     KernelGraph kg;
     double model_us;
-    std::string rules;  // the set of rules, for preferring bases that differ in what they do
   };
   std::vector<Pooled> pool;
   int rejected = 0;
@@ -902,9 +909,7 @@ AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const Se
     try {
       KernelGraph kg = algebra::to_kernel_graph(x.graph, config.arch);
       const double us = estimate_cost(kg, target).time * 1e6;
-      std::set<std::string> rules;
-      for (const std::string& w : x.rewrites) rules.insert(w.substr(0, w.find(" at ")));
-      pool.push_back({i, std::move(kg), us, fmt::format("{}", fmt::join(rules, ","))});
+      pool.push_back({i, std::move(kg), us});
     } catch (const UserError& e) {
       ++rejected;
       out.lines.push_back(
@@ -917,30 +922,18 @@ AlgebraBases algebra_bases(const KernelGraph& spec, const PGraph& base, const Se
   // predefined kernels a graph runs without the fusions the search will find for it (a cancelled
   // softmax shift models 1.5x the spec here and is the one-kernel attention there); the pass
   // already kept only graphs within 1.5x of the spec by its own op cost.
+  std::vector<std::vector<std::string>> rule_sets;
+  for (const Pooled& p : pool) rule_sets.push_back(r.graphs[p.i].rules);
   std::vector<const Pooled*> order;
-  std::set<std::string> seen_rules;
-  std::vector<bool> taken(pool.size(), false);
-  for (int pass = 0; pass < 2; ++pass)
-    for (size_t j = 0; j < pool.size(); ++j) {
-      if (taken[j]) continue;
-      if (pass == 0 && seen_rules.count(pool[j].rules)) continue;
-      taken[j] = true;
-      seen_rules.insert(pool[j].rules);
-      order.push_back(&pool[j]);
-    }
+  for (size_t j : algebra::new_rules_first(rule_sets)) order.push_back(&pool[j]);
   for (const Pooled* pp : order) {
     if (static_cast<int>(out.graphs.size()) >= wanted) break;
     const algebra::Extracted& x = r.graphs[pp->i];
     const std::string rewrites = fmt::format("{}", fmt::join(x.rewrites, "; "));
     std::string verdict;
     bool ok = false;
-    verifier::VerifyOptions vo;
-    vo.seed = config.seed;
-    vo.threads = config.threads;
-    vo.deadline = hard;
-    vo.max_bytes = config.max_memory_mb << 20;
     try {
-      const verifier::Verdict v = verifier::verify(spec, pp->kg, vo);
+      const verifier::Verdict v = verifier::verify(spec, pp->kg, verify_options(config, hard));
       ok = v.equivalent();
       verdict = v.cut ? "not verified: the time limit passed"
                       : fmt::format("{} ({} trials)", verifier::outcome_name(v.outcome), v.trials);

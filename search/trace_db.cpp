@@ -452,6 +452,34 @@ void TraceDb::for_each(const std::function<void(const TraceRow&)>& f) const {
   }
 }
 
+namespace {
+
+// The algebra pass's record (meta "algebra", written by run_search): its line and, per base after
+// the spec's, its rewrites and its kernel graph as mugraph/1 text. Empty without the pass.
+struct AlgebraMeta {
+  std::string summary;
+  std::vector<std::vector<std::string>> rewrites;
+  std::vector<std::string> graphs;
+};
+AlgebraMeta algebra_meta(const TraceDb& db) {
+  AlgebraMeta m;
+  const std::string text = db.meta("algebra");
+  if (text.empty()) return m;
+  const nlohmann::json j = parse_json_text(text, db.path() + ":algebra");
+  m.summary = j.value("summary", std::string());
+  for (const nlohmann::json& g : j.value("graphs", nlohmann::json::array())) {
+    const std::string graph = g.value("graph", std::string());
+    if (graph.empty())
+      user_error(ErrorCode::Schema, "the trace {} records an algebra base without its graph",
+                 db.path());
+    m.rewrites.push_back(g.value("rewrites", std::vector<std::string>{}));
+    m.graphs.push_back(graph);
+  }
+  return m;
+}
+
+}  // namespace
+
 TraceSummary TraceDb::summary() const {
   TraceSummary s;
   // The writer stores the counts (and last_t_ms) when it closes the trace; a killed run's file
@@ -487,12 +515,9 @@ TraceSummary TraceDb::summary() const {
   }
   std::string t = meta("last_t_ms");
   if (!t.empty()) s.elapsed_s = std::stod(t) / 1000.0;
-  if (std::string a = meta("algebra"); !a.empty()) {
-    nlohmann::json j = parse_json_text(a, path() + ":algebra");
-    s.algebra = j.value("summary", std::string());
-    for (const nlohmann::json& g : j.value("graphs", nlohmann::json::array()))
-      s.algebra_bases.push_back(g.value("rewrites", std::vector<std::string>{}));
-  }
+  const AlgebraMeta am = algebra_meta(*this);
+  s.algebra = am.summary;
+  s.algebra_bases = am.rewrites;
   if (std::optional<TraceRow> root = find(0))
     s.spec = root->detail.substr(root->detail.find(' ') + 1);
   return s;
@@ -617,13 +642,10 @@ struct TraceGraphs::Impl {
     vopt.min_split_tile = c.value("min_split_tile", vopt.min_split_tile);
     max_block_ops = c.value("max_block_ops", max_block_ops);
     // The algebra pass's graphs (search.cpp, algebra_bases): the bases after the spec's own.
-    if (std::string a = db.meta("algebra"); !a.empty()) {
-      nlohmann::json j = parse_json_text(a, db.path() + ":algebra");
-      for (const nlohmann::json& x : j.value("graphs", nlohmann::json::array())) {
-        bases.push_back(parse_mugraph(x.at("graph").get<std::string>(), db.path() + ":algebra"));
-        base_rewrites.push_back(x.value("rewrites", std::vector<std::string>{}));
-      }
-    }
+    const AlgebraMeta am = algebra_meta(db);
+    for (const std::string& text : am.graphs)
+      bases.push_back(parse_mugraph(text, db.path() + ":algebra"));
+    base_rewrites = am.rewrites;
   }
 
   std::vector<KernelGraph> bases;

@@ -16,12 +16,6 @@ bool is_16bit(DType d) {
   return d == DType::F16 || d == DType::BF16;
 }
 
-bool scalar_tile(const Shape& s) {
-  for (int64_t e : s)
-    if (e != 1) return false;
-  return true;
-}
-
 // The matcher: fills `plan` while walking the graph; every check failure returns false.
 class Matcher {
  public:

@@ -76,6 +76,7 @@ struct Extracted {
   TermGraph graph;
   double cost_us = 0;                 // op_cost summed over the graph's ops
   std::vector<std::string> rewrites;  // "rule at A, B": the nodes each rule made
+  std::vector<std::string> rules;     // the rules used, sorted, each once
   bool as_written = false;
 };
 struct AlgebraOptions {
@@ -98,5 +99,10 @@ struct AlgebraResult {
   std::string summary() const;  // one line: stop reason, nodes, iterations, graphs, time
 };
 AlgebraResult rewrite(const TermGraph& g, const AlgebraOptions& opt);
+
+// Indices of `rule_sets` (one per candidate graph, in order of preference) with each graph that
+// uses a set of rules not seen before first, then the others, each group in the given order: the
+// bases should differ in what they compute, not only in where a scale sits.
+std::vector<size_t> new_rules_first(const std::vector<std::vector<std::string>>& rule_sets);
 
 }  // namespace kiln::algebra
