@@ -15,20 +15,36 @@ namespace kiln {
 
 namespace cgen {
 
-void fused_lambda(Code& c, const BlockOp& o) {
+void fused_lambda(Code& c, const BlockOp& o, const std::vector<bool>* uniform) {
   const ThreadGraph& tg = *o.thread;
   std::vector<std::string> ps;
   for (int i = 0; i < tg.num_inputs; ++i) ps.push_back(fmt::format("float a{}", i));
   c.open(fmt::format("auto fz_{} = []({}) -> float {{", o.name, fmt::join(ps, ", ")));
+  // Per value (inputs, then ops): the same for every call of the caller's loop.
+  std::vector<bool> same(tg.num_inputs + tg.ops.size(), false);
+  if (uniform)
+    for (int i = 0; i < tg.num_inputs; ++i) same[i] = (*uniform)[i];
   for (size_t j = 0; j < tg.ops.size(); ++j) {
     std::vector<std::string> xs;
-    for (int r : tg.ops[j].inputs)
+    bool all_same = uniform != nullptr;
+    for (int r : tg.ops[j].inputs) {
       xs.push_back(r < tg.num_inputs ? fmt::format("a{}", r)
                                      : fmt::format("t{}", r - tg.num_inputs));
-    c.f("const float t{} = {};", j, ew_expr(tg.ops[j].kind, tg.ops[j].attrs, xs));
+      all_same = all_same && same[r];
+    }
+    same[tg.num_inputs + j] = all_same;
+    const ThreadOp& to = tg.ops[j];
+    if (uniform && to.kind == OpKind::Div && same[to.inputs[1]] && !same[to.inputs[0]])
+      c.f("const float t{} = {};", j, div_by_uniform(xs[0], xs[1]));
+    else
+      c.f("const float t{} = {};", j, ew_expr(to.kind, to.attrs, xs));
   }
   c.f("return t{};", tg.ops.size() - 1);
   c.close("};");
+}
+
+std::string div_by_uniform(const std::string& x, const std::string& d) {
+  return fmt::format("({} * (1.0f / {}))", x, d);
 }
 
 RowView row_view(const Shape& x, int dim) {

@@ -43,8 +43,16 @@ std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std
                                 std::vector<std::string>& args);
 
 // `auto fz_NAME = [](float a0, ...) -> float {...};`: block op o's thread graph (a Fused op) as a
-// device lambda, for the kernels that evaluate it per element (block graphs, row chains).
-void fused_lambda(Code& c, const BlockOp& o);
+// device lambda, for the kernels that evaluate it per element (block graphs, row chains). With
+// `uniform` (per lambda parameter: the caller passes the same value to every call of its loop, a
+// per-row scalar), a division of a varying value by a uniform one becomes a multiplication by
+// its reciprocal (div_by_uniform), which the compiler computes once for the loop.
+void fused_lambda(Code& c, const BlockOp& o, const std::vector<bool>* uniform = nullptr);
+// `(x * (1.0f / d))`: x / d with the reciprocal of d shared by every x of a row. One rounding
+// more than IEEE division (at most 1.5 ulp instead of 0.5), instead of a full-precision division
+// (a reciprocal, its refinement and a slow-path check) per element: row chains dividing every
+// element of an 8192-wide row by its norm ran 0.6 us slower (H100, session 13).
+std::string div_by_uniform(const std::string& x, const std::string& d);
 
 // Loads V consecutive elements of each of op's non-constant inputs, at element offset `at` of
 // p<j>, into `float a<j>[V]`, and returns the per-element operand expressions for ew_expr (a<j>[q],

@@ -14,9 +14,18 @@ using Kind = RowChainKernel::Kind;
 
 namespace {
 
-constexpr int kChunk = 8;             // elements per chunk: 16 bytes of a 16-bit type
-constexpr int kMaxChunks = 8;         // chunks per thread: 64 floats of each live row value
-constexpr double kReduceS = 0.15e-6;  // one block reduction: shuffles and two barriers
+constexpr int kChunk = 8;      // elements per chunk: 16 bytes of a 16-bit type
+constexpr int kMaxChunks = 8;  // chunks per thread: 64 floats of each live row value
+// One reduction over the row: shuffles and a barrier; over a cluster, the DSMEM stores and a
+// cluster barrier, and a cluster launch's fixed cost (scheduling C CTAs together, the first
+// round). What a CTA takes in with its whole share of a row in flight (L2 and DRAM alike).
+// Fitted on the H100 sweep in match() (tests/gpu/row_norm_sweep.cu, inputs cold): double_norm's
+// two reductions ran 0.24 us slower in clusters of 4 than in one CTA, add_rmsnorm n 1's 160 KB
+// row 0.61 us faster in clusters of 8.
+constexpr double kReduceS = 0.15e-6;
+constexpr double kClusterReduceS = 0.3e-6;
+constexpr double kClusterFixedS = 0.6e-6;
+constexpr double kSmBytesPerS = 150e9;
 
 // The kind an elementwise op's result has, from its operands' kinds.
 Kind combine(const std::vector<Kind>& in) {
@@ -191,32 +200,59 @@ std::optional<RowChainKernel> RowChainKernel::match(const PlanContext& ctx, int 
       p.reductions += 1;
     p.kind.push_back(*kd);
   }
-  // Threads: a whole number of warps, at most 1024, each with one chunk of the row where the
-  // grid leaves SMs idle (latency-bound: the most loads in flight per block), two where it fills
-  // them. H100 (session 9, µs, one chunk vs two): double_norm n 1 3.49 vs 3.69, n 128 (128
-  // blocks) 4.76 vs 5.12, the activations' layer norm 16 x 1024 2.88 vs 5.16; layer norm 4096 x
-  // 4096 (2048 blocks) 30.8 vs 27.3.
+  // Configurations: each row over a cluster of C CTAs (sm_90a, C in 1, 2, 4, 8), and per CTA a
+  // whole number of warps with one chunk of the row each where the grid leaves SMs idle
+  // (latency-bound: the most loads in flight per block), two where it fills them, at most 512
+  // threads while 8 chunks a thread cover the row. The cost model picks C (cost() below).
+  // H100, session 13 (tests/gpu/row_norm_sweep.cu, µs, inputs cold in DRAM / rotating over 4
+  // sets in L2): double_norm n 1 (rows of 8192) 512 threads x 2 chunks 3.06 / 2.54, 1024 x 1
+  // 3.09 / 2.67, clusters of 4 x 256 3.30 / 2.91; add_rmsnorm n 1 (16384) clusters of 8 x 256
+  // 2.66 / 2.26, of 4 x 512 2.75 / 2.38, one CTA of 1024 x 2 3.34 / 2.97. Session 9: 1024 x 1 vs
+  // 512 x 2 at n 128 4.76 vs 5.12, the activations' layer norm 16 x 1024 2.88 vs 5.16; layer
+  // norm 4096 x 4096 (2048 blocks) 30.8 vs 27.3.
   const int64_t ch = p.n / kChunk;
   const int64_t per_thread = p.blocks >= ctx.t.sm_count ? 2 : 1;
-  p.threads =
-      static_cast<int>(std::clamp<int64_t>((cdiv(ch, per_thread) + 31) / 32 * 32, 32, 1024));
-  p.chunks = static_cast<int>(cdiv(ch, p.threads));
-  if (p.chunks > kMaxChunks) return std::nullopt;
-  kp.grid = p.blocks;
-  kp.threads = p.threads;
+  const CostContext cx{ctx.g, op, ctx.t, kp};
+  std::optional<RowChainKernel> best;
+  double best_time = 0;
+  for (int cl : {1, 2, 4, 8}) {
+    if (cl > 1 && (ctx.t.arch != Arch::Sm90a || p.reductions == 0 || ch % cl != 0 ||
+                   p.blocks * cl > (cl == 8 ? ctx.t.sm_count / 2 : ctx.t.sm_count)))
+      continue;
+    RowChainKernel q = p;
+    q.cluster = cl;
+    const int64_t per_cta = ch / cl;
+    auto fit = [&](int64_t cap) {
+      q.threads = static_cast<int>(
+          std::clamp<int64_t>((cdiv(per_cta, per_thread) + 31) / 32 * 32, 32, cap));
+      q.chunks = static_cast<int>(cdiv(per_cta, q.threads));
+    };
+    fit(512);
+    if (q.chunks > kMaxChunks) fit(1024);
+    if (q.chunks > kMaxChunks) continue;
+    const double t = q.cost(cx).time;
+    if (!best || t < best_time) best = q, best_time = t;
+  }
+  if (!best) return std::nullopt;
+  kp.grid = best->blocks * best->cluster;
+  kp.threads = best->threads;
   kp.smem = 0;
-  return p;
+  return best;
 }
 
 std::string RowChainKernel::describe() const {
   return fmt::format(
-      "row chain in registers ({} row(s) of {} per block, {} threads x {} chunk(s) of 8, {} "
-      "block reduction(s) per row)",
-      rows, n, threads, chunks, reductions);
+      "row chain in registers ({} row(s) of {} per block, {}{} threads x {} chunk(s) of 8, {} "
+      "{} reduction(s) per row)",
+      rows, n, cluster > 1 ? fmt::format("clusters of {} CTAs x ", cluster) : "", threads, chunks,
+      reductions, cluster > 1 ? "cluster" : "block");
 }
 
-// Streams its inputs and outputs once; each row of a block costs a DRAM round trip (the rows of
-// a block run one after another; the first is in t_fixed) and its block reductions.
+// Streams its inputs and outputs once, every CTA with its whole share of a row in flight: DRAM's
+// rate, or for a small grid the rate one SM takes in (kSmBytesPerS per CTA). Each row of a block
+// costs a DRAM round trip (the rows of a block run one after another; the first is in t_fixed),
+// and its block reductions come on top, one after another (one cluster barrier each when the row
+// is split over a cluster).
 KernelCost RowChainKernel::cost(const CostContext& x) const {
   const CostConstants& k = cost_constants(x.t.arch);
   const BlockGraph& bg = *x.op.block;
@@ -224,7 +260,8 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
   c.name = x.op.name;
   c.graph_defined = true;
   c.lowered = true;
-  c.blocks = blocks;
+  const int64_t ctas = blocks * cluster;
+  c.blocks = ctas;
   for (const TensorDesc& td : bg.inputs)
     c.dram_read += double(numel(td.shape)) * dtype_bytes(td.dtype);
   for (const TensorDesc& td : bg.outputs)
@@ -243,20 +280,39 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
       c.cuda_flops += double(numel(o.shape) * blocks) * std::max(1.0, op_weight(o.kind));
   }
   c.round_trips = rows;
-  // Blocks resident per SM: threads bound it (no shared memory beyond the 32-float scratch), so
-  // a grid of one-row blocks is one wave where each SM holds them all. H200, 1024 rows of 4096
+  // Blocks resident per SM: threads bound it (no shared memory beyond the reduction slots), so a
+  // grid of one-row blocks is one wave where each SM holds them all. H200, 1024 rows of 4096
   // bf16 dotted with a vector (session 12): 1024 blocks of 256 threads 3.84 us, 256 blocks of 4
   // rows 4.06, 128 blocks of 8 rows 4.35 (the generic block kernel 5.00).
   const int64_t resident = std::clamp<int64_t>(2048 / std::max(threads, 32), 1, 32);
-  c.waves = cdiv(blocks, x.t.sm_count * resident);
+  c.waves = cdiv(ctas, x.t.sm_count * resident);
   double dram_u = 0, comp_u = 0;
   // It streams like the runtime's vector kernels (16-byte loads, a whole row in flight per
   // block), not like the generic kernels that row_efficiency was fitted on: the runtime GEMV's
-  // efficiency (the H200 row dot above ran at 93% of its copy rate, counting the launch).
-  cost::grid_utilization(double(blocks), x.t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
-  c.t_lat = double(c.waves) *
-            (double(rows - 1) * k.dram_latency_s + double(rows) * double(reductions) * kReduceS);
+  // efficiency (the H200 row dot above ran at 93% of its copy rate, counting the launch), or
+  // what the busy SMs take in where they are few.
+  cost::grid_utilization(double(ctas), x.t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
+  // Bytes one CTA takes in and writes: its share of its rows and of every weight (each block
+  // reads the whole weight, each CTA of a cluster its share).
+  double weight_bytes = 0;
+  for (size_t i = 0; i < bg.ops.size(); ++i)
+    if (bg.ops[i].kind == OpKind::Input && kind[i] == Kind::Weight)
+      weight_bytes += double(numel(bg.ops[i].shape)) * dtype_bytes(bg.inputs[bg.ops[i].io].dtype);
+  const double total = c.dram_read + c.dram_write;
+  const double per_cta = ((total - weight_bytes) / double(blocks) + weight_bytes) / cluster;
+  // The SMs' intake, or DRAM's rate where the grid is one wave that issues every load up front:
+  // the first round trip (in t_fixed) overlaps the stream.
+  const double t_stream =
+      std::max(per_cta / kSmBytesPerS, total / (x.t.dram_bytes_per_s * k.gemv_efficiency) -
+                                           (c.waves == 1 ? k.dram_latency_s : 0.0));
+  dram_u = total / (x.t.dram_bytes_per_s * t_stream);
+  c.t_lat = double(c.waves) * double(rows - 1) * k.dram_latency_s;
   cost::finish_times(c, x.t, k, dram_u, comp_u);
+  const double reduce_s =
+      double(c.waves) * double(rows * reductions) * (cluster > 1 ? kClusterReduceS : kReduceS) +
+      (cluster > 1 ? kClusterFixedS : 0.0);
+  c.t_fixed += reduce_s;
+  c.time += reduce_s;
   return c;
 }
 
@@ -266,11 +322,19 @@ namespace {
 class RowChainWriter {
  public:
   RowChainWriter(const RowChainKernel& p, const BlockGraph& bg, Code& c)
-      : p_(p), bg_(bg), c_(c), ch_(p.n / kChunk) {}
+      : p_(p), bg_(bg), c_(c), ch_(p.n / kChunk), span_(int64_t(p.threads) * p.cluster) {}
 
+  void new_row() { slot_ = 0; }
+
+  // Per-row scalars and constants are the same for every element of a row: a division by one
+  // multiplies by its reciprocal (div_by_uniform).
   void fused_lambdas() {
     for (const BlockOp& o : bg_.ops)
-      if (o.kind == OpKind::Fused) fused_lambda(c_, o);
+      if (o.kind == OpKind::Fused) {
+        std::vector<bool> uniform;
+        for (int j : o.inputs) uniform.push_back(!is_vec(j));
+        fused_lambda(c_, o, &uniform);
+      }
   }
 
   void op(int i) {
@@ -289,8 +353,8 @@ class RowChainWriter {
       case OpClass::Reduce:
         return reduce(i);
       case OpClass::Matmul:  // a row times a column: a dot product over the row
-        block_reduce(fmt::format("v{}", i),
-                     fmt::format("{} * {}", at(o.inputs[0]), at(o.inputs[1])), false);
+        row_reduce(fmt::format("v{}", i), fmt::format("{} * {}", at(o.inputs[0]), at(o.inputs[1])),
+                   false);
         return;
       case OpClass::Output:
         return store(i);
@@ -315,8 +379,8 @@ class RowChainWriter {
   void open_chunks(bool guard) {
     c_.line("#pragma unroll");
     c_.open(fmt::format("for (int k = 0; k < {}; ++k) {{", p_.chunks));
-    if (guard && ch_ % p_.threads != 0)
-      c_.f("if (tid + k * {} >= {}) continue;  // past the row", p_.threads, ch_);
+    if (guard && ch_ % span_ != 0)
+      c_.f("if (g + k * {} >= {}) continue;  // past the row", span_, ch_);
     c_.line("#pragma unroll");
     c_.open(fmt::format("for (int q = 0; q < {}; ++q) {{", kChunk));
   }
@@ -335,8 +399,8 @@ class RowChainWriter {
     c_.f("float v{}[{}][{}];", i, p_.chunks, kChunk);
     c_.line("#pragma unroll");
     c_.open(fmt::format("for (int k = 0; k < {}; ++k) {{", p_.chunks));
-    c_.f("const int c = tid + k * {};", p_.threads);
-    if (ch_ % p_.threads != 0)
+    c_.f("const int c = g + k * {};", span_);
+    if (ch_ % span_ != 0)
       c_.f("if (c >= {}) {{ for (int q = 0; q < {}; ++q) v{}[k][q] = 0.0f; continue; }}", ch_,
            kChunk, i);
     c_.f("const {}* src = {} + (int64_t)c * {};", T, row_base(i, "in", o.io), kChunk);
@@ -353,6 +417,8 @@ class RowChainWriter {
     for (int j : o.inputs) xs.push_back(at(j));
     const std::string e = o.kind == OpKind::Fused
                               ? fmt::format("fz_{}({})", o.name, fmt::join(xs, ", "))
+                          : o.kind == OpKind::Div && is_vec(o.inputs[0]) && !is_vec(o.inputs[1])
+                              ? div_by_uniform(xs[0], xs[1])
                               : ew_expr(o.kind, o.attrs, xs);
     if (kd == Kind::Scalar || kd == Kind::Const) {
       c_.f("const float v{} = {};", i, e);
@@ -365,13 +431,17 @@ class RowChainWriter {
   }
 
   // float s = the block's sum (or max) over the row of `term` (an expression of k, q).
-  void block_reduce(const std::string& var, const std::string& term, bool mx) {
+  void row_reduce(const std::string& var, const std::string& term, bool mx) {
     c_.f("float {} = {};", var, mx ? "-__int_as_float(0x7f800000)" : "0.0f");
     open_chunks(true);
     c_.f("{0} = {1};", var, mx ? fmt::format("fmaxf({}, {})", var, term) : var + " + " + term);
     close_chunks();
-    c_.f("{0} = kiln::rt::block_reduce({0}, kiln::rt::{1}(), kiln_red);", var,
-         mx ? "MaxOp" : "SumOp");
+    // The row's first reduction in a cluster waits for every CTA of the cluster to run.
+    const std::string first = p_.cluster > 1 && slot_ == 0 ? ", r == 0" : "";
+    c_.f(
+        "{0} = kiln::cg::row_reduce<{1}, {2}>({0}, kiln::rt::{3}(), kiln_red[(r & 1) * {4} + "
+        "{5}]{6});",
+        var, p_.threads / 32, p_.cluster, mx ? "MaxOp" : "SumOp", p_.reductions, slot_++, first);
   }
 
   int64_t count(const BlockOp& o) const { return o.attrs.count ? o.attrs.count : p_.n; }
@@ -384,7 +454,7 @@ class RowChainWriter {
       return;
     }
     const bool mx = o.kind == OpKind::Max;
-    block_reduce(fmt::format("v{}", i), at(o.inputs[0]), mx);
+    row_reduce(fmt::format("v{}", i), at(o.inputs[0]), mx);
     if (o.kind == OpKind::Mean) c_.f("v{0} = v{0} / {1};", i, flit(double(count(o))));
   }
 
@@ -392,13 +462,13 @@ class RowChainWriter {
     const BlockOp& o = bg_.ops[i];
     const char* T = ctype(bg_.outputs[o.io].dtype);
     if (p_.kind[o.inputs[0]] == Kind::Scalar) {  // one value per row, from the reduction's owner
-      c_.f("if (tid == 0) out{}[row] = kiln::rt::from_f32<{}>(v{});", o.io, T, o.inputs[0]);
+      c_.f("if (g == 0) out{}[row] = kiln::rt::from_f32<{}>(v{});", o.io, T, o.inputs[0]);
       return;
     }
     c_.line("#pragma unroll");
     c_.open(fmt::format("for (int k = 0; k < {}; ++k) {{", p_.chunks));
-    c_.f("const int c = tid + k * {};", p_.threads);
-    if (ch_ % p_.threads != 0) c_.f("if (c >= {}) continue;", ch_);
+    c_.f("const int c = g + k * {};", span_);
+    if (ch_ % span_ != 0) c_.f("if (c >= {}) continue;", ch_);
     c_.f("{}* dst = out{} + row * {} + (int64_t)c * {};", T, o.io, p_.n, kChunk);
     c_.f(
         "for (int h = 0; h < {}; h += kiln::rt::Vec16<{}>::kElems) "
@@ -410,7 +480,9 @@ class RowChainWriter {
   const RowChainKernel& p_;
   const BlockGraph& bg_;
   Code& c_;
-  const int64_t ch_;  // chunks per row
+  const int64_t ch_;    // chunks per row
+  const int64_t span_;  // threads per row: chunk c of a row at thread c % span_ of its cluster
+  int slot_ = 0;        // the next reduction's slot in the row
 };
 
 }  // namespace
@@ -430,18 +502,50 @@ void RowChainKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp)
   c.f("// {}: {}", kp.kernel, kp.strategy());
   c.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", threads, kp.kernel,
                      fmt::join(params, ", ")));
-  c.line("__shared__ float kiln_red[32];  // block reductions");
+  // Two sets of slots, one per reduction of a row, rows alternating (kiln::cg::row_reduce).
+  c.f("__shared__ float kiln_red[{}][{}];  // row reductions: per-warp partials",
+      2 * std::max(reductions, 1), cluster * threads / 32);
   c.line("const int tid = threadIdx.x;");
+  // The thread's place in its row: CTA rank blockIdx.x % C of a cluster (1-D clusters of
+  // consecutive blocks) holds threads rank * T ... of the row.
+  if (cluster > 1)
+    c.f("const int g = (int)(blockIdx.x % {}) * {} + tid;", cluster, threads);
+  else
+    c.line("const int g = tid;");
+  c.line("(void)g;");
+  if (cluster > 1)
+    c.line("kiln::rt::cluster_arrive_relaxed();  // this CTA runs (row_reduce's first call waits)");
   RowChainWriter w(*this, bg, c);
   w.fused_lambdas();
   c.open(fmt::format("for (int r = 0; r < {}; ++r) {{", rows));
-  c.f("const int64_t row = (int64_t)blockIdx.x * {} + r;", rows);
+  c.f("const int64_t row = (int64_t)(blockIdx.x / {}) * {} + r;", cluster, rows);
   c.line("(void)row;");
+  w.new_row();
   for (size_t i = 0; i < bg.ops.size(); ++i) w.op(static_cast<int>(i));
   c.close();
   c.close();
   c.line("");
-  x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, blocks, threads, fmt::join(args, ", "));
+  if (cluster == 1) {
+    x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, blocks, threads, fmt::join(args, ", "));
+  } else {
+    // Clusters of C consecutive CTAs (a launch attribute: the file also builds for sm_80, where
+    // __cluster_dims__ does not compile; the planner splits rows over clusters on sm_90a only).
+    x.launch.open("{");
+    x.launch.line("cudaLaunchConfig_t cfg = {};");
+    x.launch.f("cfg.gridDim = dim3({});", blocks * cluster);
+    x.launch.f("cfg.blockDim = dim3({});", threads);
+    x.launch.line("cfg.stream = stream;");
+    x.launch.line("cudaLaunchAttribute attr[1];");
+    x.launch.line("attr[0].id = cudaLaunchAttributeClusterDimension;");
+    x.launch.f("attr[0].val.clusterDim.x = {};", cluster);
+    x.launch.line("attr[0].val.clusterDim.y = 1;");
+    x.launch.line("attr[0].val.clusterDim.z = 1;");
+    x.launch.line("cfg.attrs = attr;");
+    x.launch.line("cfg.numAttrs = 1;");
+    x.launch.f("if ((err = cudaLaunchKernelEx(&cfg, {}, {})) != cudaSuccess) return err;",
+               kp.kernel, fmt::join(args, ", "));
+    x.launch.close();
+  }
   launch_check(x.launch);
 }
 

@@ -159,6 +159,44 @@ KILN_DEV float group_reduce_wide(float v, Op op, float* scratch) {
   return r;
 }
 
+#ifndef KILN_SIM  // the CPU simulator runs generic block kernels only, never row chains
+// Reduces v over every thread of the block (C = 1) or of its thread-block cluster of C CTAs
+// (C = 2, 4 or 8; sm_90, a cluster launch with cluster dims (C, 1, 1); the row chain splitting one
+// row over C CTAs); every thread gets the result. W is the block's warp count (blockDim.x / 32).
+// One barrier per call instead of block_reduce's two: each warp publishes its partial into
+// `slot` (C x W floats of shared memory, at rank x W + warp; with C > 1 into the slot of every CTA
+// of the cluster through st.shared::cluster), then one barrier (a cluster barrier, release and
+// acquire, when C > 1), then every warp sums the C x W partials of its own CTA's slot. No CTA
+// reads another's shared memory, so a CTA may exit once it has passed its last call.
+// Contract: `slot` is written by no other call until every thread of the block (cluster) has
+// passed a later call's barrier: calls of one row take distinct slots, and rows alternate
+// between two sets of slots. With C > 1, a CTA's shared memory may be written only once that CTA
+// runs: every thread calls rt::cluster_arrive_relaxed() once at the kernel's start, and the
+// kernel's first call passes first = true to wait for every CTA's arrival (after its loads are
+// issued, so the wait overlaps them). `first` is the same in every thread.
+template <int W, int C, class Op>
+KILN_DEV float row_reduce(float v, Op op, float* slot, bool first = false) {
+  static_assert(W >= 1 && W <= 32, "W: the block's warps, 1 to 32");
+  static_assert(C == 1 || C == 2 || C == 4 || C == 8, "C: 1, 2, 4 or 8 CTAs");
+  v = rt::warp_reduce<32>(v, op);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (C == 1) {
+    if (lane == 0) slot[warp] = v;
+    __syncthreads();
+  } else {
+    if (first) rt::cluster_wait();
+    const uint32_t at = rt::smem_u32(slot + rt::cluster_ctarank() * W + warp);
+    if (lane < C) rt::dsmem_store(rt::dsmem_map(at, lane), v);
+    rt::cluster_arrive();
+    rt::cluster_wait();
+  }
+  float r = Op::identity();
+#pragma unroll
+  for (int i = lane; i < C * W; i += 32) r = op(r, slot[i]);
+  return rt::warp_reduce<32>(r, op);
+}
+#endif  // KILN_SIM
+
 // ---- Accumulator updates ------------------------------------------------------------------------
 
 // accum_rescale: S' = S exp(M - M') + v exp(m - M') with M' = max(M, m).

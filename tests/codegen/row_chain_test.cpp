@@ -100,21 +100,24 @@ TEST(RowChain, PlansEveryRowShape) {
     EXPECT_EQ(p->rows, c.R);
     EXPECT_EQ(p->n, c.N);
     EXPECT_EQ(p->blocks, c.M / c.R);
-    EXPECT_EQ(s.kernels[0].grid, c.M / c.R);
-    // Every 8-element chunk of a row has a thread, and no thread is idle across all its chunks.
+    EXPECT_EQ(s.kernels[0].grid, c.M / c.R * p->cluster);
+    // Every 8-element chunk of a row has a thread of its cluster, and no thread is idle across
+    // all its chunks.
     EXPECT_EQ(p->threads % 32, 0);
     EXPECT_LE(p->threads, 1024);
-    EXPECT_GE(int64_t(p->threads) * p->chunks * 8, c.N);
-    EXPECT_LT(int64_t(p->threads) * (p->chunks - 1) * 8, c.N);
+    const int64_t span = int64_t(p->threads) * p->cluster;
+    EXPECT_GE(span * p->chunks * 8, c.N);
+    EXPECT_LT(span * (p->chunks - 1) * 8, c.N);
     EXPECT_EQ(p->reductions, 2);
-    // The emitted kernel holds the rows in registers and reduces twice per row.
+    // The emitted kernel holds the rows in registers and reduces twice per row, each reduction
+    // in a slot of its own.
     const std::string cu = emit_cuda(g);
     EXPECT_NE(cu.find("row chain in registers"), std::string::npos);
-    size_t reduces = 0;
-    for (size_t at = cu.find("kiln::rt::block_reduce(v"); at != std::string::npos;
-         at = cu.find("kiln::rt::block_reduce(", at + 1))
-      ++reduces;
-    EXPECT_GE(reduces, 2u);
+    for (int j = 0; j < 2; ++j)
+      EXPECT_NE(cu.find(fmt::format("kiln::cg::row_reduce<{}, {}>(v", p->threads / 32, p->cluster)),
+                std::string::npos);
+    EXPECT_NE(cu.find("kiln_red[(r & 1) * 2 + 0]"), std::string::npos);
+    EXPECT_NE(cu.find("kiln_red[(r & 1) * 2 + 1]"), std::string::npos);
   }
 }
 
@@ -148,6 +151,70 @@ TEST(RowChain, CostsItsRowsAndReductions) {
   };
   EXPECT_LT(time({16, 1024, 1}), time({16, 1024, 4}));
   EXPECT_LE(time({16, 1024, 1}), time({16, 1024, 8}));
+}
+
+// add_rmsnorm's chain over M rows of N: H = X + R, Y = rms_norm(H) * w, both saved; one reduction.
+KernelGraph add_norm(int64_t M, int64_t N, Arch arch) {
+  const Target& t = target_for(arch);
+  std::vector<TensorDesc> ins = {
+      {"X", {M, N}, DType::F16}, {"R", {M, N}, DType::F16}, {"w", {N}, DType::F16}};
+  BlockGraphBuilder b({M}, 128, {}, ins);
+  int h = b.op(OpKind::Add, {b.input(0, {0}, {}), b.input(1, {0}, {})});
+  int y = rms(b, h, b.input(2, {-1}, {}), N);
+  b.output(h, {0}, {}, DType::F16, "H");
+  b.output(y, {0}, {}, DType::F16, "Y");
+  KernelGraphBuilder kb("add_norm", "", arch);
+  std::vector<int> kin = {kb.input("X", {M, N}, DType::F16), kb.input("R", {M, N}, DType::F16),
+                          kb.input("w", {N}, DType::F16)};
+  auto bg = std::make_shared<const BlockGraph>(std::move(b).finish(t));
+  for (int o : kb.graph_defined(bg, kin, "k")) kb.output(o);
+  return std::move(kb).finish();
+}
+
+// Few long rows on sm_90a: the row is split over a cluster, every CTA taking its share of the row
+// in, each reduction through distributed shared memory; the launch names the cluster. Many rows
+// (the grid fills the SMs), sm_80 (no clusters) or short rows keep one CTA per row.
+TEST(RowChain, SplitsFewLongRowsOverAClusterOnHopper) {
+  const Target& h100 = target_for(Arch::Sm90a);
+  {
+    const KernelGraph g = add_norm(1, 16384, Arch::Sm90a);
+    const Schedule s = plan_schedule(g, h100);
+    const RowChainKernel* p = s.kernels[0].as<RowChainKernel>();
+    ASSERT_TRUE(p) << s.kernels[0].strategy();
+    EXPECT_GT(p->cluster, 1);
+    EXPECT_EQ(s.kernels[0].grid, p->cluster);
+    EXPECT_EQ(int64_t(p->threads) * p->cluster * p->chunks * 8, 16384);
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find(fmt::format("attr[0].val.clusterDim.x = {};", p->cluster)),
+              std::string::npos);
+    EXPECT_NE(cu.find("if ((err = cudaLaunchKernelEx(&cfg, "), std::string::npos);
+    EXPECT_NE(cu.find(fmt::format("const int g = (int)(blockIdx.x % {}) * {} + tid;", p->cluster,
+                                  p->threads)),
+              std::string::npos);
+    EXPECT_NE(cu.find(fmt::format("row_reduce<{}, {}>", p->threads / 32, p->cluster)),
+              std::string::npos);
+    // The split pays: one CTA per row is modeled slower.
+    RowChainKernel one = *p;
+    one.cluster = 1;
+    one.threads = 512;
+    one.chunks = 4;
+    KernelPlan kp = s.kernels[0];
+    const CostContext cx{g, g.ops.back(), h100, kp};
+    EXPECT_LT(p->cost(cx).time, one.cost(cx).time);
+  }
+  for (auto [M, N, arch] :
+       {std::tuple{1, 16384, Arch::Sm80}, {512, 16384, Arch::Sm90a}, {1, 512, Arch::Sm90a}}) {
+    SCOPED_TRACE(fmt::format("M {} N {} {}", M, N, target_for(arch).name));
+    const KernelGraph g = add_norm(M, N, arch);
+    const Schedule s = plan_schedule(g, target_for(arch));
+    const RowChainKernel* p = s.kernels[0].as<RowChainKernel>();
+    ASSERT_TRUE(p) << s.kernels[0].strategy();
+    EXPECT_EQ(p->cluster, 1);
+    EXPECT_EQ(s.kernels[0].grid, M);
+    EmitOptions o;
+    o.arch = arch;
+    EXPECT_EQ(emit_cuda(g, o).find("if ((err = cudaLaunchKernelEx(&cfg, "), std::string::npos);
+  }
 }
 
 // A row times a column (linear_mean's X·v after its rewrite): each row's dot product with a
@@ -201,7 +268,7 @@ TEST(RowChain, DotsRowsWithAColumnAndSavesOneValuePerRow) {
         EXPECT_EQ(p->blocks, M / R);
         EXPECT_EQ(p->reductions, 1);  // the dot; the sum that drops the kept dim is the value
         const std::string cu = emit_cuda(g);
-        EXPECT_NE(cu.find("if (tid == 0) out0[row] = kiln::rt::from_f32<__nv_bfloat16>("),
+        EXPECT_NE(cu.find("if (g == 0) out0[row] = kiln::rt::from_f32<__nv_bfloat16>("),
                   std::string::npos);
         EXPECT_NE(cu.find(" * v"), std::string::npos);  // the product inside the block sum
       }

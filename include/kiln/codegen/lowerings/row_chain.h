@@ -6,10 +6,14 @@
 // rms_norm, layer_norm and softmax over the row, and of chains of them (norm -> residual add ->
 // norm). The generic block-graph kernel stages every tile in shared memory with barriers between
 // steps; this kernel holds each row in registers (8-element chunks loaded with 16-byte vector
-// loads, chunk c of a row at thread c % T), reduces with warp shuffles and one shared 32-float
-// scratch per block reduction, and walks the rows of its block one after another. The value of
-// every element is the block graph's (same ops in float32, same rounding of inputs and outputs);
-// only the placement differs.
+// loads, chunk c of a row at thread c % T), reduces with warp shuffles and one barrier per
+// reduction (kiln::cg::row_reduce: per-warp partials in a shared slot of that reduction), and
+// walks the rows of its block one after another. On sm_90a a row may be split over a
+// thread-block cluster of C CTAs (few rows, long rows: C SMs take the row in instead of one),
+// each reduction then publishing its partials into every CTA of the cluster through distributed
+// shared memory before one cluster barrier. The value of every element is the block graph's
+// (same ops in float32, same rounding of inputs and outputs; sums in another order); only the
+// placement differs.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +35,8 @@ struct RowChainKernel {
   int64_t rows = 1;        // R: rows per block (the block graph's tile)
   int64_t n = 0;           // N: elements per row, a multiple of 8
   int64_t blocks = 1;      // G: the block graph's blocks, one row group each
-  int threads = 32;        // T: threads per block
+  int cluster = 1;         // C: CTAs splitting each row group (a cluster; the grid is G x C)
+  int threads = 32;        // T: threads per CTA
   int chunks = 1;          // K: 8-element chunks of a row per thread (the last ones may be empty)
   int reductions = 0;      // block reductions per row
   std::vector<Kind> kind;  // per block op
