@@ -61,6 +61,21 @@ void launch_check(Code& c) {
   c.line("if ((err = cudaGetLastError()) != cudaSuccess) return err;");
 }
 
+void emit_launch(Code& c, const std::string& kernel, const std::string& grid,
+                 const std::string& block, const std::string& smem, int cluster,
+                 const std::string& args) {
+  c.f("if ((err = kiln::rt::launch({}, dim3({}), dim3({}), {}, stream, {}{}{})) != cudaSuccess) "
+      "return err;",
+      kernel, grid, block, smem, cluster, args.empty() ? "" : ", ", args);
+}
+
+void kernel_entry(Code& c, bool early_trigger) {
+  c.line(early_trigger ? "kiln::rt::pdl_entry(true);  // waits for the previous kernel in the "
+                         "stream; the next may launch (base.cuh)"
+                       : "kiln::rt::pdl_entry();  // waits for the previous kernel in the stream "
+                         "(base.cuh)");
+}
+
 // The kernel parameters `const T* p<j>` (and launch arguments) of op's non-constant inputs j;
 // constants are folded into the expressions instead. Returns the indices j it added.
 std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std::string>& params,

@@ -37,6 +37,17 @@ RowView row_view(const Shape& x, int dim);
 // Returns early from the launch function on a launch error.
 void launch_check(Code& c);
 
+// `if ((err = kiln::rt::launch(KERNEL, dim3(GRID), dim3(BLOCK), SMEM, stream, CLUSTER, ARGS)) !=
+// cudaSuccess) return err;`: every kernel the emitted file launches goes through the runtime's
+// launcher (programmatic dependent launch where the device has it, runtime/base.cuh), and
+// begins with kernel_entry's line.
+void emit_launch(Code& c, const std::string& kernel, const std::string& grid,
+                 const std::string& block, const std::string& smem, int cluster,
+                 const std::string& args);
+// The first line of every generated kernel: kiln::rt::pdl_entry(), before any load or store;
+// early_trigger for kernels of a few small CTAs (runtime/base.cuh says why).
+void kernel_entry(Code& c, bool early_trigger = false);
+
 // The kernel parameters `const T* p<j>` (and launch arguments) of op's non-constant inputs j;
 // constants are folded into the expressions instead. Returns the indices j it added.
 std::vector<int> operand_params(GraphCtx& x, const KernelOp& op, std::vector<std::string>& params,

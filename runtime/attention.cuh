@@ -160,6 +160,7 @@ template <class C, class Fn>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
                 const __grid_constant__ TmaDesc map_v, int nchunks, Fn fn) {
+  pdl_entry();  // before any load or store (base.cuh)
   using T = typename C::T;
   constexpr int S = C::kStages, BM = C::kBM, D = C::kD, DV = C::kDV, NC = C::kNC;
   constexpr int R = Fn::kRows > 0 ? Fn::kRows : 1;
@@ -529,23 +530,12 @@ inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typena
   e = raise_smem_limit_once<kernel>(C::kSmemBytes);
   if (e != cudaSuccess) return e;
   if constexpr (C::kCL == 1) {
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(ma, mk, mv, nchunks, fn);
-    return cudaGetLastError();
+    return launch(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, 1, ma, mk, mv, nchunks,
+                  fn);
   } else {
     if (nchunks % C::kCL) return cudaErrorInvalidValue;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid.x * C::kCL, grid.y, grid.z);
-    cfg.blockDim = dim3(C::kThreads);
-    cfg.dynamicSmemBytes = C::kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = C::kCL;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, ma, mk, mv, nchunks / C::kCL, fn);
+    return launch(kernel, dim3(grid.x * C::kCL, grid.y, grid.z), dim3(C::kThreads),
+                  C::kSmemBytes, stream, C::kCL, ma, mk, mv, nchunks / C::kCL, fn);
   }
 }
 #endif  // __CUDACC_RTC__

@@ -22,6 +22,7 @@ typedef unsigned long long uint64_t;
 typedef unsigned long long uintptr_t;
 #else
 #include <stdint.h>
+#include <stdlib.h>
 #endif
 
 // +infinity as a float constant, usable in device code and in default member initializers.
@@ -100,6 +101,88 @@ inline cudaError_t require_sm90() {
     }
   }
   return major >= 9 ? cudaSuccess : cudaErrorInvalidDeviceFunction;
+}
+#endif  // __CUDACC_RTC__
+
+// ---- Programmatic dependent launch ---------------------------------------------------------------
+// Every kernel Kiln launches starts with pdl_entry(), and every launch goes through launch()
+// below, which on sm_90 and newer allows programmatic stream serialization: the kernel may be
+// launched, and its blocks scheduled, before the kernel ahead of it in the stream (ours or the
+// caller's) has finished. pdl_entry() waits until that kernel has completed and its memory is
+// visible, before this kernel's first load or store; so the order of every read and write is the
+// stream's, whatever the kernel before. A no-op for a kernel launched without the attribute and
+// below sm_90. Every thread calls it, before anything else.
+// early_trigger also lets the next kernel launch at once, rather than when this one ends (its
+// own pdl_entry() still waits for all of this one): only for kernels of a few small CTAs. H100
+// (session 13, graphs of 50 calls; µs without PDL / PDL triggered at the end / at the start):
+// skinny_gemm N 2304 m 16 (TMA GEMV) 28.0 / 27.8 / 34.4, swiglu m 16 129.4 / 129.0 / 143.3,
+// linear_mean m 16 14.9 / 14.3 / 16.5, lora 6.9 / 6.7 / 7.9, gqa bs 1 8.2 / 7.9 / 8.5: next
+// kernels launched early hold SMs the big kernels need; double_norm n 1 (a row chain, one CTA)
+// 2.74 / 2.51 / 2.40, and chains of 1 / 2 / 3 dependent double_norm kernels 2.35 / 4.97 / 7.42
+// without PDL, 2.05 / 4.08 / 6.07 triggered at the start (tests/gpu/row_norm_sweep.cu --pdl).
+KILN_DEV void pdl_entry(bool early_trigger = false) {
+#if KILN_RT_SM90
+  if (early_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#else
+  (void)early_trigger;
+#endif
+}
+
+#ifndef __CUDACC_RTC__
+// Whether launches may overlap the previous kernel: the current device is sm_90 or newer, and
+// KILN_NO_PDL is not set in the environment (for measuring the difference). Cached per device.
+inline bool pdl_enabled() {
+  static int env = -1;
+  if (env < 0) env = getenv("KILN_NO_PDL") != nullptr ? 1 : 0;
+  if (env) return false;
+  static int major[64];  // 0: not asked yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (major[dev] == 0) {
+    int m = 0;
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) m = -1;
+    major[dev] = m > 0 ? m : -1;
+  }
+  return major[dev] >= 9;
+}
+
+// Launches kernel(args...) on `grid` x `block` with `smem` bytes of dynamic shared memory on
+// `stream`, in clusters of `cluster` CTAs along x when cluster > 1 (sm_90), allowing programmatic
+// dependent launch where pdl_enabled(). The kernel must begin with pdl_entry().
+template <class... P, class... A>
+inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, int cluster, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<A&&>(args)...);
+}
+// The attribute that launch() adds, for launchers that build their own cudaLaunchConfig_t (with
+// room for it): appends it to attr[n] and counts it when pdl_enabled().
+inline void add_pdl_attribute(cudaLaunchAttribute* attr, unsigned& n) {
+  if (!pdl_enabled()) return;
+  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n].val.programmaticStreamSerializationAllowed = 1;
+  ++n;
 }
 #endif  // __CUDACC_RTC__
 

@@ -88,6 +88,7 @@ template <class Cfg, typename TO, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads)
     gemm_kernel(const typename Cfg::Elem* A, int64_t lda, const typename Cfg::Elem* B, int64_t ldb,
                 TO* C, int64_t ldc, int M, int N, int K, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
   extern __shared__ __align__(128) char gemm_smem[];
   using T = typename Cfg::Elem;
   const int m0 = blockIdx.y * Cfg::kBM, n0 = blockIdx.x * Cfg::kBN;
@@ -116,8 +117,8 @@ inline cudaError_t gemm_launch(const typename Cfg::Elem* A, int64_t lda,
   const cudaError_t e = raise_smem_limit_once<kernel>(Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
   dim3 grid(ceil_div(N, Cfg::kBN), ceil_div(M, Cfg::kBM));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
-  return cudaGetLastError();
+  return launch(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, 1, A, lda, B, ldb, C,
+                ldc, M, N, K, epi);
 }
 #endif  // __CUDACC_RTC__
 

@@ -387,6 +387,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
                 const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo, int M,
                 int N, int K, int k_chunk, float* __restrict__ ws, int* __restrict__ counters,
                 Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
   constexpr bool kRows = Epi::kRowSumSq;
   constexpr int kRowsN = kRows ? MT * 8 : 0;
   __shared__ float red[WARPS_K > 1 ? (WARPS_K - 1) * WARPS_N * 512 : 1];
@@ -477,6 +478,7 @@ __global__ void __launch_bounds__(32 * WARPS_N * WARPS_K, MIN_BLOCKS)
     gemv_cluster_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W0,
                         const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo,
                         int M, int N, int K, int k_chunk, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
 #if KILN_RT_SM90
   constexpr bool kRows = Epi::kRowSumSq;
   constexpr int kSlot = NW * 4 * 32;  // float4 per (unit, source): index ((v * 4 + j) * 32 + lane)
@@ -628,10 +630,9 @@ inline cudaError_t gemv_launch(const T* X, int64_t ldx, const T* W0, const T* W1
                                int* counters, cudaStream_t stream, Epi epi = Epi()) {
   const int k_chunk = gemv_k_chunk(K, splits);
   dim3 grid(gemv_col_blocks(N, WARPS_N), splits);
-  gemv_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>
-      <<<grid, 32 * WARPS_N * WARPS_K, 0, stream>>>(X, ldx, W0, W1, ldw, out, ldo, M, N, K, k_chunk,
-                                                    ws, counters, epi);
-  return cudaGetLastError();
+  return launch(gemv_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>, grid,
+                dim3(32 * WARPS_N * WARPS_K), 0, stream, 1, X, ldx, W0, W1, ldw, out, ldo, M, N, K,
+                k_chunk, ws, counters, epi);
 }
 
 // ---- Cluster split-K (sm_90): planning and launch ----------------------------------------------
@@ -662,7 +663,8 @@ inline cudaError_t gemv_cluster_prepare() {
   }
 }
 
-// The launch configuration of gemv_cluster_launch; attr is the storage for its one attribute.
+// The launch configuration of gemv_cluster_launch; attr is the storage for its attributes (two:
+// the cluster, and programmatic dependent launch where enabled).
 template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int UNROLL,
           int MIN_BLOCKS, class Epi>
 inline cudaLaunchConfig_t gemv_cluster_config(int N, int splits, cudaStream_t stream,
@@ -672,12 +674,14 @@ inline cudaLaunchConfig_t gemv_cluster_config(int N, int splits, cudaStream_t st
   cfg.blockDim = dim3(32 * WARPS_N * WARPS_K, 1, 1);
   cfg.dynamicSmemBytes = gemv_cluster_smem_bytes(WARPS_N, MT, NW, splits, Epi::kRowSumSq);
   cfg.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = 1;
-  attr->val.clusterDim.y = splits;
-  attr->val.clusterDim.z = 1;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = splits;
+  attr[0].val.clusterDim.z = 1;
+  unsigned n = 1;
+  add_pdl_attribute(attr, n);
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = n;
   return cfg;
 }
 
@@ -688,10 +692,10 @@ template <typename T, typename TO, int MT, int NW, int WARPS_N, int WARPS_K, int
 inline cudaError_t gemv_cluster_active_clusters(int N, int splits, int* clusters) {
   cudaError_t e = gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr;
+  cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg =
       gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits, 0,
-                                                                                    &attr);
+                                                                                    attr);
   return cudaOccupancyMaxActiveClusters(
       clusters, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>,
       &cfg);
@@ -709,10 +713,10 @@ inline cudaError_t gemv_cluster_launch(const T* X, int64_t ldx, const T* W0, con
   const cudaError_t e =
       gemv_cluster_prepare<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>();
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr;
+  cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg =
       gemv_cluster_config<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>(N, splits,
-                                                                                    stream, &attr);
+                                                                                    stream, attr);
   const int k_chunk = gemv_k_chunk(K, splits);
   return cudaLaunchKernelEx(
       &cfg, gemv_cluster_kernel<T, TO, MT, NW, WARPS_N, WARPS_K, UNROLL, MIN_BLOCKS, Epi>, X, ldx,

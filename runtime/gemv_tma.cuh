@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(Epi::kRowSumSq ? 192 : 160, MIN_BLOCKS)
     gemv_tma_kernel(const __grid_constant__ TmaDesc map_x, const __grid_constant__ TmaDesc map_w0,
                     const __grid_constant__ TmaDesc map_w1, TO* __restrict__ out, int64_t ldo,
                     int M, int N, int K, int k_chunk, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
 #if KILN_RT_WGMMA
   constexpr bool kRows = Epi::kRowSumSq;
   using G = GemvTma<T, MT, NW, BN, BK, STAGES, kRows>;
@@ -439,7 +440,8 @@ inline cudaError_t gemv_tma_prepare() {
 }
 
 // The launch configuration: grid (ceil(N / BN), splits), block GemvTma::kThreads, a cluster
-// (1, splits, 1) when splits > 1; attr is the storage for that one attribute.
+// (1, splits, 1) when splits > 1; attr is the storage for its attributes (two: the cluster, and
+// programmatic dependent launch where enabled).
 template <typename T, typename TO, int MT, int NW, int BN, int BK, int STAGES, int MIN_BLOCKS,
           class Epi>
 inline cudaLaunchConfig_t gemv_tma_config(int N, int splits, cudaStream_t stream,
@@ -450,14 +452,17 @@ inline cudaLaunchConfig_t gemv_tma_config(int N, int splits, cudaStream_t stream
   cfg.blockDim = dim3(G::kThreads, 1, 1);
   cfg.dynamicSmemBytes = G::kSmemBytes;
   cfg.stream = stream;
+  unsigned n = 0;
   if (splits > 1) {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = 1;
-    attr->val.clusterDim.y = splits;
-    attr->val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = splits;
+    attr[0].val.clusterDim.z = 1;
+    n = 1;
   }
+  add_pdl_attribute(attr, n);
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
   return cfg;
 }
 
@@ -491,9 +496,9 @@ inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T
     if (e == cudaSuccess) e = tma_encode_2d(&mw1, NW > 1 ? W1 : W0, K, N, ldw, BK, 64, true);
   }
   if (e != cudaSuccess) return e;
-  cudaLaunchAttribute attr;
+  cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg =
-      gemv_tma_config<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>(N, splits, stream, &attr);
+      gemv_tma_config<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi>(N, splits, stream, attr);
   return cudaLaunchKernelEx(&cfg,
                             gemv_tma_kernel<T, TO, MT, NW, BN, BK, STAGES, MIN_BLOCKS, Epi, WK>, mx,
                             mw0, mw1, out, ldo, M, N, K, gemv_tma_k_chunk(K, splits, BK), epi);

@@ -681,6 +681,7 @@ __global__ void __launch_bounds__(G::kThreads, 1)
     wgmma_gemm_kernel(const typename G::TileA::Elem* A, int64_t lda,
                       const typename G::TileA::Elem* B, int64_t ldb, TO* C, int64_t ldc, int M,
                       int N, int K, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
   using T = typename G::TileA::Elem;
   using TileA = typename G::TileA;
   using PanelB = typename G::PanelB;
@@ -857,6 +858,7 @@ __global__ void __launch_bounds__(384, 1)
                          const __grid_constant__ TmaDesc map_b1,
                          const __grid_constant__ TmaDesc map_c, TO* C, int64_t ldc, int M, int N,
                          int K, int group_m, int tma_store, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
   using T = typename G::TileA::Elem;
   using TileA = typename G::TileA;
   using PanelB = typename G::PanelB;
@@ -1113,8 +1115,8 @@ inline cudaError_t wgmma_gemm_launch(const typename G::TileA::Elem* A, int64_t l
   if (e == cudaSuccess) e = raise_smem_limit_once<kernel>(G::kSmemBytes);
   if (e != cudaSuccess) return e;
   dim3 grid(ceil_div(N, G::kBN), ceil_div(M, G::kBM));
-  kernel<<<grid, G::kThreads, G::kSmemBytes, stream>>>(A, lda, B, ldb, C, ldc, M, N, K, epi);
-  return cudaGetLastError();
+  return launch(kernel, grid, dim3(G::kThreads), G::kSmemBytes, stream, 1, A, lda, B, ldb, C, ldc,
+                M, N, K, epi);
 }
 
 // Tuning knobs of wgmma_ws_gemm_launch, for measurement tools (defaults otherwise).
@@ -1158,7 +1160,7 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   e = raise_smem_limit_once<kernel>(G::kSmemBytes);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = G::kCluster;
   attr[0].val.clusterDim.y = 1;
@@ -1186,6 +1188,9 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   int clusters = min_i(tiles, resident);
   if (tune.max_clusters > 0) clusters = min_i(clusters, tune.max_clusters);
   cfg.gridDim = dim3(clusters * G::kCluster);
+  unsigned n = cfg.numAttrs;
+  add_pdl_attribute(attr, n);
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, ma, mb0, mb1, mc, C, ldc, M, N, K, max_i(1, tune.group_m),
                             tma_store, epi);
 }

@@ -36,6 +36,7 @@ void BlockEmitter::open_kernel(Code& out) {
   out.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", T_, kp_.kernel,
                        fmt::join(params, ", ")));
   c_ = &out;
+  kernel_entry(out);
   c_->line("extern __shared__ __align__(128) unsigned char kiln_smem[];");
   c_->line("const int tid = threadIdx.x;");
   c_->line("(void)tid;");

@@ -42,8 +42,9 @@ void BlockGraphKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& k
   if (kp.block->smem_bytes > 48 * 1024)
     L.f("if ((err = kiln::rt::raise_smem_limit_once<{}>(kSmem_{})) != cudaSuccess) return err;",
         kp.kernel, kp.kernel);
-  L.f("{}<<<dim3({}, {}, {}), {}, kSmem_{}, stream>>>({});", kp.kernel, g[0], g[1], g[2],
-      bg.block_threads, kp.kernel, fmt::join(args, ", "));
+  emit_launch(L, kp.kernel, fmt::format("{}, {}, {}", g[0], g[1], g[2]),
+              std::to_string(bg.block_threads), "kSmem_" + kp.kernel, 1,
+              fmt::format("{}", fmt::join(args, ", ")));
   launch_check(L);
   L.close();
 }

@@ -56,6 +56,7 @@ void ElementwiseKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const Kernel
       vec ? "16-byte vectors" : "broadcast");
   c.open(fmt::format("__global__ void __launch_bounds__(256) {}({}) {{", kp.kernel,
                      fmt::join(params, ", ")));
+  kernel_entry(c);
   if (vec) {
     c.open(
         fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
@@ -89,7 +90,8 @@ void ElementwiseKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const Kernel
   }
   c.close();
   c.line("");
-  x.launch.f("{}<<<{}, 256, 0, stream>>>({});", kp.kernel, kp.grid, fmt::join(args, ", "));
+  emit_launch(x.launch, kp.kernel, std::to_string(kp.grid), "256", "0", 1,
+              fmt::format("{}", fmt::join(args, ", ")));
   launch_check(x.launch);
 }
 
@@ -119,6 +121,7 @@ void GatherKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const KernelPlan&
   c.open(fmt::format(
       "__global__ void __launch_bounds__(256) {}(const {}* __restrict__ p0, {}* __restrict__ y) {{",
       kp.kernel, ctype(in.dtype), ctype(out.dtype)));
+  kernel_entry(c);
   c.open(
       fmt::format("for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < {}; e += "
                   "(int64_t)gridDim.x * 256) {{",
@@ -132,8 +135,8 @@ void GatherKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const KernelPlan&
   c.close();
   c.line("");
   if (x.is_const(op.inputs[0])) KILN_ASSERT(false, "transpose of a scalar constant");
-  x.launch.f("{}<<<{}, 256, 0, stream>>>({}, {});", kp.kernel, kp.grid, x.ptr(op.inputs[0]),
-             x.ptr(op.outputs[0]));
+  emit_launch(x.launch, kp.kernel, std::to_string(kp.grid), "256", "0", 1,
+              fmt::format("{}, {}", x.ptr(op.inputs[0]), x.ptr(op.outputs[0])));
   launch_check(x.launch);
 }
 

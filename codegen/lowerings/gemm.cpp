@@ -121,16 +121,19 @@ void GemmTcKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) c
   std::string part = kp.splits > 1
                          ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
                          : "nullptr";
-  L.f("kern<<<dim3({}, {}, {}), Cfg::kThreads, Cfg::kSmemBytes, stream>>>({}, {}, {}, {}, {}, "
-      "{}, {}, {}, {}ll, {}ll, {}ll, {}ll, {}, {});",
-      cdiv(m.N, 128), cdiv(m.M, bm), nb * kp.splits, x.ptr(op.inputs[0]), x.ptr(op.inputs[1]),
-      x.ptr(op.outputs[0]), m.M, m.N, m.K, nb, m.ob[1], m.as[0], m.as[1], m.bs[0], m.bs[1], chunk,
-      part);
+  emit_launch(L, "kern", fmt::format("{}, {}, {}", cdiv(m.N, 128), cdiv(m.M, bm), nb * kp.splits),
+              "Cfg::kThreads", "Cfg::kSmemBytes", 1,
+              fmt::format("{}, {}, {}, {}, {}, {}, {}, {}, (int64_t){}, (int64_t){}, (int64_t){}, "
+                          "(int64_t){}, {}, {}",
+                          x.ptr(op.inputs[0]), x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), m.M, m.N,
+                          m.K, nb, m.ob[1], m.as[0], m.as[1], m.bs[0], m.bs[1], chunk, part));
   launch_check(L);
   if (kp.splits > 1) {
     int64_t count = nb * m.M * m.N;
-    L.f("kiln::cg::splitk_sum_kernel<{}><<<{}, 256, 0, stream>>>({}, {}, {}, {}ll);", m.TO,
-        std::min<int64_t>(cdiv(count, 256), 4096), part, x.ptr(op.outputs[0]), kp.splits, count);
+    emit_launch(
+        L, fmt::format("kiln::cg::splitk_sum_kernel<{}>", m.TO),
+        std::to_string(std::min<int64_t>(cdiv(count, 256), 4096)), "256", "0", 1,
+        fmt::format("{}, {}, {}, (int64_t){}", part, x.ptr(op.outputs[0]), kp.splits, count));
     launch_check(L);
   }
   L.close();
@@ -156,11 +159,13 @@ KernelCost FmaKernel::cost(const CostContext& x) const {
 void FmaKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
   MatmulView m(x, op, kp);
   Code& L = m.L;
-  L.f("kiln::cg::matmul_fma_kernel<{}, {}, {}><<<dim3({}, {}, {}), 256, 0, stream>>>({}, {}, {}, "
-      "{}, {}, {}, {}, {}ll, {}ll, {}ll, {}ll);",
-      m.TA, ctype(m.b.dtype), m.TO, cdiv(m.N, 32), cdiv(m.M, 32), m.ob[0] * m.ob[1],
-      x.ptr(op.inputs[0]), x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), m.M, m.N, m.K, m.ob[1],
-      m.as[0], m.as[1], m.bs[0], m.bs[1]);
+  emit_launch(
+      L, fmt::format("kiln::cg::matmul_fma_kernel<{}, {}, {}>", m.TA, ctype(m.b.dtype), m.TO),
+      fmt::format("{}, {}, {}", cdiv(m.N, 32), cdiv(m.M, 32), m.ob[0] * m.ob[1]), "256", "0", 1,
+      fmt::format("{}, {}, {}, {}, {}, {}, {}, (int64_t){}, (int64_t){}, (int64_t){}, "
+                  "(int64_t){}",
+                  x.ptr(op.inputs[0]), x.ptr(op.inputs[1]), x.ptr(op.outputs[0]), m.M, m.N, m.K,
+                  m.ob[1], m.as[0], m.as[1], m.bs[0], m.bs[1]));
   launch_check(L);
   L.close();
 }

@@ -89,12 +89,14 @@ struct RowEmitter {
         kp.strategy());
     c.open(
         fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", threads, kp.kernel, params));
+    kernel_entry(c);
   }
 
   void close() {
     c.close();
     c.line("");
-    x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, kp.grid, threads, args);
+    emit_launch(x.launch, kp.kernel, std::to_string(kp.grid), std::to_string(threads), "0", 1,
+                args);
     launch_check(x.launch);
   }
 
@@ -304,6 +306,7 @@ void RmsRowsKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const KernelPlan
       shape_str(in.shape), kp.strategy(), NV, V);
   c.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", T, kp.kernel,
                      fmt::join(params, ", ")));
+  kernel_entry(c);
   c.line("__shared__ float scratch[32];");
   c.f("const int64_t base = (int64_t)blockIdx.x * {};", R);
   c.f("float v[{}][{}];", NV, V);
@@ -345,7 +348,8 @@ void RmsRowsKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const KernelPlan
   c.line("}");
   c.close();
   c.line("");
-  x.launch.f("{}<<<{}, {}, 0, stream>>>({});", kp.kernel, rows, T, fmt::join(args, ", "));
+  emit_launch(x.launch, kp.kernel, std::to_string(rows), std::to_string(T), "0", 1,
+              fmt::format("{}", fmt::join(args, ", ")));
   launch_check(x.launch);
 }
 

@@ -33,8 +33,8 @@ KernelCost FillKernel::cost(const CostContext& x) const {
   return predefined_kernel_cost(x);
 }
 void FillKernel::emit(cgen::GraphCtx& x, const KernelOp& op, const KernelPlan&) const {
-  x.launch.f("kiln::cg::fill_scalar_kernel<<<1, 1, 0, stream>>>({}, {});", x.ptr(op.outputs[0]),
-             cgen::flit(op.attrs.value));
+  cgen::emit_launch(x.launch, "kiln::cg::fill_scalar_kernel", "1", "1", "0", 1,
+                    fmt::format("{}, {}", x.ptr(op.outputs[0]), cgen::flit(op.attrs.value)));
   cgen::launch_check(x.launch);
 }
 

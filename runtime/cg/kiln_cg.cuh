@@ -314,6 +314,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
                         const typename Cfg::Elem* __restrict__ B, TO* __restrict__ C, int M, int N,
                         int K, int NB, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
                         int64_t b_s1, int k_chunk, float* __restrict__ partial) {
+  rt::pdl_entry();  // before any load or store (base.cuh)
   extern __shared__ __align__(128) char gemm_smem[];
   using T = typename Cfg::Elem;
   const int bz = blockIdx.z % NB, split = blockIdx.z / NB, b0 = bz / NB1, b1 = bz % NB1;
@@ -351,6 +352,7 @@ __global__ void __launch_bounds__(256)
     matmul_fma_kernel(const TA* __restrict__ A, const TB* __restrict__ B, TO* __restrict__ C, int M,
                       int N, int K, int NB1, int64_t a_s0, int64_t a_s1, int64_t b_s0,
                       int64_t b_s1) {
+  rt::pdl_entry();  // before any load or store (base.cuh)
   __shared__ float sA[32][33];
   __shared__ float sB[32][33];
   const int bz = blockIdx.z, b0 = bz / NB1, b1 = bz % NB1;
@@ -388,6 +390,7 @@ template <typename TO>
 __global__ void __launch_bounds__(256)
     splitk_sum_kernel(const float* __restrict__ partial, TO* __restrict__ C, int splits,
                       int64_t count) {
+  rt::pdl_entry();  // before any load or store (base.cuh)
   for (int64_t e = (int64_t)blockIdx.x * 256 + threadIdx.x; e < count;
        e += (int64_t)gridDim.x * 256) {
     float acc = 0.0f;
@@ -398,6 +401,7 @@ __global__ void __launch_bounds__(256)
 
 // Writes a float32 scalar (materialized constants).
 __global__ void fill_scalar_kernel(float* p, float v) {
+  rt::pdl_entry();  // before any load or store (base.cuh)
   *p = v;
 }
 

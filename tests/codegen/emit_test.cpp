@@ -34,6 +34,25 @@ void check_file(const KernelGraph& g, const std::string& cu, Arch arch = Arch::S
     bool runtime_sibling = h.size() > 4 && h.substr(h.size() - 4) == ".cuh";
     EXPECT_TRUE(toolkit || runtime_sibling) << h;
   }
+  // Programmatic dependent launch (runtime/base.cuh): every kernel in the file, the runtime's
+  // and the generated ones, waits for the previous kernel in the stream before anything else,
+  // and the launch function launches through the runtime's launcher only.
+  for (size_t at = cu.find("__global__"); at != std::string::npos;
+       at = cu.find("__global__", at + 1)) {
+    const size_t line = cu.rfind('\n', at) + 1;
+    if (cu.find("//", line) < at) continue;  // a comment
+    const size_t open = cu.find('{', at);
+    ASSERT_NE(open, std::string::npos);
+    if (cu.find(';', at) < open) continue;  // a declaration
+    const size_t body = cu.find_first_not_of(" \n", open + 1);
+    const std::string first = cu.substr(body, 40);
+    EXPECT_TRUE(first.rfind("pdl_entry(", 0) == 0 || first.rfind("rt::pdl_entry(", 0) == 0 ||
+                first.rfind("kiln::rt::pdl_entry(", 0) == 0)
+        << cu.substr(at, open - at) << " begins with: " << first;
+  }
+  const size_t gen = cu.find("// ==== generated kernels");
+  ASSERT_NE(gen, std::string::npos);
+  EXPECT_EQ(cu.find("<<<", gen), std::string::npos);
   int blocks = 0;
   // One shared-memory assert per block-graph kernel (lowered contractions and attention chains
   // run the runtime's wgmma kernels).

@@ -185,9 +185,10 @@ TEST(RowChain, SplitsFewLongRowsOverAClusterOnHopper) {
     EXPECT_EQ(s.kernels[0].grid, p->cluster);
     EXPECT_EQ(int64_t(p->threads) * p->cluster * p->chunks * 8, 16384);
     const std::string cu = emit_cuda(g);
-    EXPECT_NE(cu.find(fmt::format("attr[0].val.clusterDim.x = {};", p->cluster)),
+    // The launch names the grid of G x C CTAs and the cluster.
+    EXPECT_NE(cu.find(fmt::format("kiln::rt::launch(k0_k, dim3({}), dim3({}), 0, stream, {}, ",
+                                  p->cluster, p->threads, p->cluster)),
               std::string::npos);
-    EXPECT_NE(cu.find("if ((err = cudaLaunchKernelEx(&cfg, "), std::string::npos);
     EXPECT_NE(cu.find(fmt::format("const int g = (int)(blockIdx.x % {}) * {} + tid;", p->cluster,
                                   p->threads)),
               std::string::npos);
@@ -213,7 +214,10 @@ TEST(RowChain, SplitsFewLongRowsOverAClusterOnHopper) {
     EXPECT_EQ(s.kernels[0].grid, M);
     EmitOptions o;
     o.arch = arch;
-    EXPECT_EQ(emit_cuda(g, o).find("if ((err = cudaLaunchKernelEx(&cfg, "), std::string::npos);
+    EXPECT_NE(emit_cuda(g, o).find(fmt::format("kiln::rt::launch(k0_k, dim3({}), dim3({}), 0, "
+                                               "stream, 1, ",
+                                               M, p->threads)),
+              std::string::npos);
   }
 }
 

@@ -271,9 +271,9 @@ static void run_tma(Bufs& b, ShapeResults& res, int splits) {
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G::kThreads, G::kSmemBytes));
   const int cb = ceil_div(N, BN);
   if (splits > 1) {
-    cudaLaunchAttribute attr;
+    cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t lc =
-        gemv_tma_config<__half, __half, MT, NW, BN, BK, ST, 1, Epi>(N, splits, 0, &attr);
+        gemv_tma_config<__half, __half, MT, NW, BN, BK, ST, 1, Epi>(N, splits, 0, attr);
     CK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &lc));
   }
   snprintf(extra, sizeof extra, "%4d blk %3dKB %d/SM cl%-3d", cb * splits, G::kSmemBytes / 1024,

@@ -408,6 +408,18 @@ inline uint16_t float_to_bf16(float f) {
 namespace kiln {
 namespace rt {
 
+// runtime/base.cuh's kernel entry and launcher: one simulated launch after another, nothing to
+// overlap (a cluster launch is not simulated: row chains, the only generated kernels that ask
+// for one, are lowerings the simulator's plans never use).
+inline void pdl_entry(bool = false) {}
+template <class K, class... A>
+inline cudaError_t launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          int cluster, A&&... args) {
+  if (cluster != 1) kiln_sim::fail("cluster launches are not simulated");
+  kiln_sim::launch(kiln_sim::Cfg(grid, block, smem, stream), [&] { kernel(args...); });
+  return cudaSuccess;
+}
+
 // runtime/base.cuh's launch helper; the simulator has no shared-memory limit to raise.
 template <auto Kernel>
 inline cudaError_t raise_smem_limit_once(int bytes) {
