@@ -24,8 +24,11 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include "kiln/codegen/emit.h"
+#include "kiln/codegen/lowerings.h"
+#include "kiln/codegen/schedule.h"
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
+#include "kiln/search/cost_model.h"
 #include "kiln/search/generator.h"
 
 namespace kiln::search {
@@ -386,6 +389,33 @@ std::vector<const ProfiledCandidate*> ProfileResult::mismatches() const {
   return v;
 }
 
+std::optional<Candidate> thread_variant(const Candidate& c, int threads, Arch arch) {
+  const kiln::Schedule s = plan_schedule(c.graph, target_for(arch));
+  std::set<std::string> generic;
+  for (const KernelPlan& kp : s.kernels) {
+    if (kp.op < 0 || !kp.as<BlockGraphKernel>()) continue;
+    const KernelOp& op = c.graph.ops[kp.op];
+    if (op.block && op.block->block_threads != threads) generic.insert(op.name);
+  }
+  if (generic.empty()) return std::nullopt;
+  nlohmann::json j = mugraph_to_json(c.graph);
+  for (nlohmann::json& k : j["kernels"])
+    if (k.contains("block_threads") && generic.count(k["name"].get<std::string>()))
+      k["block_threads"] = threads;
+  Candidate v = c;
+  try {
+    v.graph = mugraph_from_json(j, "thread variant");
+  } catch (const UserError&) {
+    return std::nullopt;  // e.g. registers per thread x threads over the SM's
+  }
+  v.graph.arch = c.graph.arch;
+  v.fingerprint = fingerprint(v.graph);
+  v.cost = estimate_cost(v.graph, target_for(arch));
+  v.verdict = fmt::format("{} ({} threads per block)", c.verdict, threads);
+  v.state = -1;
+  return v;
+}
+
 ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Candidate>& candidates,
                                  const ProfileOptions& opt) {
   ProfileResult res;
@@ -393,6 +423,12 @@ ProfileResult profile_candidates(const KernelGraph& spec, const std::vector<Cand
   std::set<std::string> seen;
   for (const Candidate& c : candidates)
     if (seen.insert(c.fingerprint).second) all.push_back({c, static_cast<int>(all.size()) + 1, {}});
+  // The model's best at other thread counts, after the candidates in model order.
+  if (!candidates.empty() && !candidates.front().is_spec)
+    for (int t : opt.thread_variants)
+      if (std::optional<Candidate> v = thread_variant(candidates.front(), t, opt.run.arch))
+        if (seen.insert(v->fingerprint).second)
+          all.push_back({std::move(*v), static_cast<int>(all.size()) + 1, {}});
   // The spec's own kernel graph, as a baseline and a fallback (unless it failed a check).
   Candidate sc;
   sc.graph = spec;

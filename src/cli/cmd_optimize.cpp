@@ -168,8 +168,9 @@ void add_optimize(CLI::App& app) {
   cmd->add_flag("--no-cache", no_cache, "neither read nor write the cache")->excludes(c);
   static CLI::Option* prof = nullptr;
   prof = cmd->add_option("--profile", profile_arg,
-                         fmt::format("measure the top K candidates and the spec on the GPU "
-                                     "and write the measured winner (K default {}; raises "
+                         fmt::format("measure the top K candidates (and the best one's generic "
+                                     "block kernels at 64 and 256 threads) and the spec on the "
+                                     "GPU and write the measured winner (K default {}; raises "
                                      "--top to K); default: when nvcc and a GPU are found",
                                      kDefaultProfileK))
              ->expected(0, 1)

@@ -46,8 +46,15 @@ struct Fixture {
     opt.run.nvcc = (dir / "bin" / "nvcc").string();
     opt.work_dir = (dir / "work").string();
     opt.threads = 2;
+    opt.thread_variants = {};  // tests of the variants ask for them
   }
 };
+
+int threads_of(const Candidate& c) {
+  for (const KernelOp& op : c.graph.ops)
+    if (op.block) return op.block->block_threads;
+  return 0;
+}
 
 std::vector<int> model_ranks(const ProfileResult& r) {
   std::vector<int> v;
@@ -72,6 +79,48 @@ TEST(Profile, RanksByMeasuredTimeAndAlwaysIncludesTheSpec) {
   EXPECT_EQ(j[0]["measured_us"], 3.25);
   EXPECT_EQ(j[0]["gpu_ok"], true);
   EXPECT_TRUE(j[0]["profile_error"].is_null());
+}
+
+// The model's best is also measured with its generic block kernels at other thread counts: the
+// same block ops, a new fingerprint, the verdict saying so; a faster variant wins.
+TEST(Profile, MeasuresTheBestAtOtherThreadCounts) {
+  Fixture f("threads", 2,
+            {{"1", "us=6.7"}, {"2", "us=7"}, {"3", "us=4.8"}, {"4", "us=7.2"}, {"5", "us=9"}});
+  f.opt.thread_variants = {64, 256, 128};  // 128 is the candidate's own: no variant
+  ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
+  ASSERT_EQ(r.ranked.size(), 5u);  // 2 candidates, 2 variants of the first, the spec
+  ASSERT_NE(r.winner(), nullptr);
+  EXPECT_EQ(r.winner()->model_rank, 3);
+  EXPECT_EQ(threads_of(r.winner()->candidate), 64);
+  EXPECT_NE(r.winner()->candidate.verdict.find("(64 threads per block)"), std::string::npos);
+  EXPECT_EQ(r.winner()->candidate.fingerprint, fingerprint(r.winner()->candidate.graph));
+  const KernelGraph& base = f.cands[0].graph;
+  const KernelGraph& v = r.winner()->candidate.graph;
+  ASSERT_EQ(v.ops.size(), base.ops.size());
+  for (size_t i = 0; i < v.ops.size(); ++i)
+    if (v.ops[i].block) {
+      EXPECT_EQ(v.ops[i].block->ops.size(), base.ops[i].block->ops.size());
+      EXPECT_EQ(v.ops[i].block->grid, base.ops[i].block->grid);
+    }
+  bool has256 = false;
+  for (const ProfiledCandidate& p : r.ranked) has256 |= threads_of(p.candidate) == 256;
+  EXPECT_TRUE(has256);
+}
+
+TEST(Profile, ThreadVariantsOnlyWhereAGenericBlockKernelChanges) {
+  KernelGraph lora = load_graph_file(example("lora.mugraph.json"));
+  Candidate c;
+  c.graph = lora;
+  c.verdict = "equivalent";
+  EXPECT_TRUE(thread_variant(c, 64, Arch::Sm90a).has_value());
+  EXPECT_FALSE(thread_variant(c, 128, Arch::Sm90a).has_value());   // its own count
+  EXPECT_FALSE(thread_variant(c, 2048, Arch::Sm90a).has_value());  // over the block limit
+  // Graphs whose kernels all run as runtime kernels (the TMA GEMV, a row chain): nothing to vary.
+  for (const char* name : {"gated_mlp.mugraph.json", "double_norm.mugraph.json"}) {
+    Candidate g;
+    g.graph = load_graph_file(example(name));
+    EXPECT_FALSE(thread_variant(g, 64, Arch::Sm90a).has_value()) << name;
+  }
 }
 
 TEST(Profile, TheSpecIsNotProfiledTwice) {

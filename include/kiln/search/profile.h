@@ -117,7 +117,19 @@ struct ProfileOptions {
   // Also measure the spec's own kernel graph (when no candidate is it). Off when the spec failed
   // the search's float check: what failed a check is never measured as a fallback.
   bool spec_fallback = true;
+  // Also measure the model's best candidate with its generic block-graph kernels at these
+  // thread counts (thread_variants): the model does not tell them apart, the GPU does.
+  std::vector<int> thread_variants = {64, 256};
 };
+
+// Candidate c with every kernel that runs as the generic block-graph kernel on `arch` at
+// `threads` threads per block, rebuilt through the μGraph reader (every invariant checked again);
+// nullopt when no kernel changes or the variant breaks a resource rule. The block ops are the
+// same, so the verifier's verdict carries over; the GPU check runs on it like on every candidate.
+// H100 (session 13), µs with 32 / 64 / 128 / 256 threads: lora's block kernel (16 x 32 output
+// tiles) 5.10 / 4.83 / 6.67 / 7.16, lowrank's 18.75 / 10.86 / 10.17 / 9.18, an unseen f32 chain
+// of three block kernels 7.24 / 5.93 / 4.99 / 4.75.
+std::optional<Candidate> thread_variant(const Candidate& c, int threads, Arch arch);
 
 struct ProfiledCandidate {
   Candidate candidate;
