@@ -147,6 +147,16 @@ inline bool pdl_enabled() {
   return major[dev] >= 9;
 }
 
+// The programmatic-dependent-launch attribute, for launch() and for launchers that build their
+// own cudaLaunchConfig_t (with room for it): appends it to attr[n] and counts it when
+// pdl_enabled().
+inline void add_pdl_attribute(cudaLaunchAttribute* attr, unsigned& n) {
+  if (!pdl_enabled()) return;
+  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n].val.programmaticStreamSerializationAllowed = 1;
+  ++n;
+}
+
 // Launches kernel(args...) on `grid` x `block` with `smem` bytes of dynamic shared memory on
 // `stream`, in clusters of `cluster` CTAs along x when cluster > 1 (sm_90), allowing programmatic
 // dependent launch where pdl_enabled(). The kernel must begin with pdl_entry().
@@ -160,11 +170,7 @@ inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
+  add_pdl_attribute(attr, n);
   if (cluster > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
     attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -175,14 +181,6 @@ inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
   cfg.attrs = attr;
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<A&&>(args)...);
-}
-// The attribute that launch() adds, for launchers that build their own cudaLaunchConfig_t (with
-// room for it): appends it to attr[n] and counts it when pdl_enabled().
-inline void add_pdl_attribute(cudaLaunchAttribute* attr, unsigned& n) {
-  if (!pdl_enabled()) return;
-  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[n].val.programmaticStreamSerializationAllowed = 1;
-  ++n;
 }
 #endif  // __CUDACC_RTC__
 
