@@ -365,6 +365,7 @@ Measurement run_harness(const std::string& dir, const HarnessRun& opt) {
   std::string cmd =
       fmt::format("cd {} && ./harness --seed {} --checks {} --repeats {}", shell_quote(d.string()),
                   opt.seed, std::max(opt.checks, 2), opt.repeats);
+  if (opt.copies > 0) cmd += fmt::format(" --copies {}", opt.copies);
   ProcessResult r = runner_of(opt)(cmd, opt.run_timeout_s);
   Measurement m = parse_harness_output(r);
   m.harness = (d / "harness.cu").string();

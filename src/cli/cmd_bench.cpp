@@ -34,7 +34,7 @@ void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench", "Build and run a μGraph's (or a spec's) GPU harness here: check and time it");
   static std::string graph_file, spec_file, nvcc, keep, target = "sm_90a";
-  static int repeats = 30, checks = 2;
+  static int repeats = 30, checks = 2, copies = 0;
   static uint64_t seed = 1;
   cmd->add_option("GRAPH", graph_file, "μGraph JSON (with --spec) or a spec JSON alone")
       ->required();
@@ -56,6 +56,11 @@ void add_bench(CLI::App& app) {
       ->check(whole_number(2, 1000, "checks"))
       ->capture_default_str();
   cmd->add_option("--seed", seed, "first check's input seed")->capture_default_str();
+  cmd->add_option("--copies", copies,
+                  "input sets the timing rotates over (default: enough to stream more than twice "
+                  "the L2, so every call reads DRAM; 4 is what shared/bench/torch_baselines.py "
+                  "rotates over, so small inputs stay in L2)")
+      ->check(whole_number(1, 1024, "input sets"));
   cmd->add_option("--keep", keep,
                   "build in this directory and keep it (default: a temporary directory, removed "
                   "after a successful run)");
@@ -75,6 +80,7 @@ void add_bench(CLI::App& app) {
     hr.seed = seed;
     hr.repeats = repeats;
     hr.checks = checks;
+    hr.copies = copies;
     std::string dir = keep;
     if (dir.empty()) {
       std::string tmpl = (fs::temp_directory_path() / "kiln-bench-XXXXXX").string();
@@ -94,6 +100,7 @@ void add_bench(CLI::App& app) {
     std::string cu = (fs::path(dir) / "harness.cu").string();
     write_file_text(cu, emit_harness(g, spec, ho));
     std::string run_args = fmt::format("--seed {} --checks {} --repeats {}", seed, checks, repeats);
+    if (copies > 0) run_args += fmt::format(" --copies {}", copies);
     std::optional<std::string> found = search::find_nvcc(nvcc);
     if (!found) {
       std::fprintf(stderr,

@@ -313,6 +313,25 @@ TEST(Profile, RunHarnessAsksForBothDistributions) {
   EXPECT_GE(HarnessRun{}.checks, 2);
 }
 
+// --copies reaches the harness only when asked for (its default streams more than the L2).
+TEST(Profile, RunHarnessPassesTheInputRotation) {
+  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "copies";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (int copies : {0, 4}) {
+    HarnessRun hr;
+    hr.copies = copies;
+    std::string seen;
+    hr.runner = [&](const std::string& cmd, double) {
+      seen = cmd;
+      return ProcessResult{0, false, "KILN_RESULT name=a ok=1 err=0 us=1 calls=1 copies=4"};
+    };
+    EXPECT_TRUE(run_harness(dir.string(), hr).ok());
+    EXPECT_EQ(seen.find("--copies") != std::string::npos, copies > 0) << seen;
+    if (copies) EXPECT_NE(seen.find(" --copies 4"), std::string::npos) << seen;
+  }
+}
+
 TEST(Profile, RunProcessCapturesOutputAndKillsOnTimeout) {
   ProcessResult r = run_process("echo out; echo err >&2; exit 3", 10);
   EXPECT_EQ(r.exit_code, 3);

@@ -90,6 +90,9 @@ struct HarnessRun {
   // Correctness checks: check c uses seed + c, uniform inputs when c is even and normal std 1
   // when c is odd. run_harness asks for at least 2, so every candidate meets both distributions.
   int checks = 2;
+  // Input sets the timing rotates over (the harness's --copies); 0: the harness's default, more
+  // than twice the L2, so every call reads DRAM. 4 is what shared/bench/torch_baselines.py does.
+  int copies = 0;
   double compile_timeout_s = 600, run_timeout_s = 120;
   ProcessRunner runner;  // default run_process
 };
