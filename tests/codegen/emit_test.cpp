@@ -94,7 +94,8 @@ TEST(Emit, RaisesTheSharedMemoryLimitCountingStaticArrays) {
     EXPECT_LE(kp.block->smem_bytes + 1024, target_for(Arch::Sm90a).smem_per_block);
     if (kp.block->smem_bytes != 48 * 1024) continue;
     found = true;
-    const std::string cu = emit_cuda(g, s, EmitOptions{});
+    const EmitOptions eo;
+    const std::string cu = emit_cuda(g, s, eo);
     EXPECT_NE(cu.find(fmt::format("raise_smem_limit_once<{}>(kSmem_{})", kp.kernel, kp.kernel)),
               std::string::npos);
   }
