@@ -9,12 +9,6 @@ namespace kiln {
 
 using namespace cgen;
 
-namespace {
-// Shared memory a generated block kernel may declare statically besides its dynamic kSmem (the
-// cross-warp reduction scratch is 128 bytes).
-constexpr int64_t kStaticSmemSlack = 1024;
-}  // namespace
-
 std::optional<BlockGraphKernel> BlockGraphKernel::match(const PlanContext& ctx, int k,
                                                         KernelPlan& kp) {
   const KernelOp& op = ctx.g.ops[k];
@@ -45,10 +39,8 @@ void BlockGraphKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& k
   for (size_t d = 0; d < bg.grid.size(); ++d) g[d] = bg.grid[d];
   Code& L = x.launch;
   L.open("{");
-  // Above 48 KB of shared memory per block, static included, a launch needs the raised limit:
-  // the kernel's static arrays (a 32-float reduction scratch) come on top of kSmem, so a plan of
-  // exactly 48 KB of dynamic memory failed to launch (cudaErrorInvalidValue, H100, session 13).
-  if (kp.block->smem_bytes + kStaticSmemSlack > 48 * 1024)
+  // Above 48 KB of shared memory per block, static included, a launch needs the raised limit.
+  if (kp.block->smem_bytes + kStaticSmemBytes > 48 * 1024)
     L.f("if ((err = kiln::rt::raise_smem_limit_once<{}>(kSmem_{})) != cudaSuccess) return err;",
         kp.kernel, kp.kernel);
   emit_launch(L, kp.kernel, fmt::format("{}, {}, {}", g[0], g[1], g[2]),

@@ -286,14 +286,16 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
   // rows 4.06, 128 blocks of 8 rows 4.35 (the generic block kernel 5.00).
   const int64_t resident = std::clamp<int64_t>(2048 / std::max(threads, 32), 1, 32);
   c.waves = cdiv(ctas, x.t.sm_count * resident);
-  double dram_u = 0, comp_u = 0;
+  // Compute: the SMs the grid covers. DRAM is costed below, not by grid_utilization's share.
+  double grid_dram_u = 0, comp_u = 0;
+  cost::grid_utilization(double(ctas), x.t, k.gemv_efficiency, k.dram_saturation, grid_dram_u,
+                         comp_u);
   // It streams like the runtime's vector kernels (16-byte loads, a whole row in flight per
-  // block), not like the generic kernels that row_efficiency was fitted on: the runtime GEMV's
-  // efficiency (the H200 row dot above ran at 93% of its copy rate, counting the launch), or
-  // what the busy SMs take in where they are few.
-  cost::grid_utilization(double(ctas), x.t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
-  // Bytes one CTA takes in and writes: its share of its rows and of every weight (each block
-  // reads the whole weight, each CTA of a cluster its share).
+  // block), not like the generic kernels that row_efficiency was fitted on: at the runtime GEMV's
+  // efficiency (the H200 row dot above ran at 93% of its copy rate, counting the launch), or at
+  // what the busy SMs take in where they are few. Bytes one CTA takes in and writes: its share of
+  // its rows and of every weight (each block reads the whole weight, each CTA of a cluster its
+  // share).
   double weight_bytes = 0;
   for (size_t i = 0; i < bg.ops.size(); ++i)
     if (bg.ops[i].kind == OpKind::Input && kind[i] == Kind::Weight)
@@ -305,7 +307,7 @@ KernelCost RowChainKernel::cost(const CostContext& x) const {
   const double t_stream =
       std::max(per_cta / kSmBytesPerS, total / (x.t.dram_bytes_per_s * k.gemv_efficiency) -
                                            (c.waves == 1 ? k.dram_latency_s : 0.0));
-  dram_u = total / (x.t.dram_bytes_per_s * t_stream);
+  const double dram_u = total / (x.t.dram_bytes_per_s * t_stream);
   c.t_lat = double(c.waves) * double(rows - 1) * k.dram_latency_s;
   cost::finish_times(c, x.t, k, dram_u, comp_u);
   const double reduce_s =

@@ -156,9 +156,7 @@ bool BlockPlanner::try_alloc(int stages, bool pad, int64_t budget, std::vector<B
 void BlockPlanner::plan_memory() {
   BlockResources rule = block_resources(bg_);
   s_.smem_rule_bytes = rule.smem_bytes;
-  // The kernel's static shared arrays (a 128-byte reduction scratch) come on top of the plan's
-  // dynamic bytes within the per-block limit.
-  s_.smem_budget = tgt_.smem_per_block - 1024;
+  s_.smem_budget = tgt_.smem_per_block - kStaticSmemBytes;
   // Pipeline depth: aim for ~48 KB of loop-input bytes in flight per SM.
   int64_t stage_bytes = 0;
   bool any_loop_input = false;

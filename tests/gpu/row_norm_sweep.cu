@@ -284,13 +284,51 @@ int cold_copies(size_t per_call_bytes) {
   return int(std::min<size_t>(std::max<size_t>(want, 4), 1024));
 }
 
-template <int N, int T, int C, int K, int Mode>
-void run_double_norm(int rows) {
+template <int T, int C, int K, int Mode>
+std::string config_name() {
   char name[96];
   snprintf(name, sizeof name, "T%-4d C%d K%d %s", T, C, K,
            Mode == 0 ? "2bar"
            : C == 1  ? "1bar"
                      : "dsmem");
+  return name;
+}
+
+// Times call(inputs, outputs, stream) with its inputs (sizes in elements) rotating over 4 sets and
+// over enough copies to stream more than twice the L2; outputs are not rotated. Prints one line.
+template <class Call>
+void time_two_ways(const char* what, int rows, const std::string& name,
+                   const std::vector<int64_t>& in_elems, const std::vector<int64_t>& out_elems,
+                   Call call) {
+  size_t in_bytes = 0;
+  for (int64_t e : in_elems) in_bytes += size_t(e) * sizeof(__half);
+  const int rot[2] = {4, cold_copies(in_bytes)};
+  double us[2];
+  for (int m = 0; m < 2; ++m) {
+    const int cp = rot[m];
+    std::vector<Buf> ins, outs;
+    for (int64_t e : in_elems) ins.push_back(alloc(cp, e));
+    for (int64_t e : out_elems) outs.push_back(alloc(1, e));
+    CK(cudaDeviceSynchronize());
+    us[m] = time_us(
+        [&](int i, cudaStream_t st) {
+          std::vector<const __half*> in;
+          for (const Buf& b : ins) in.push_back(b.p[i % cp]);
+          std::vector<__half*> out;
+          for (const Buf& b : outs) out.push_back(b.p[0]);
+          call(in, out, st);
+        },
+        std::max(cp, 50), 9);
+    for (Buf& b : ins) release(b);
+    for (Buf& b : outs) release(b);
+  }
+  printf("%s n%-4d %-22s %7.2f us (4 sets)  %7.2f us (%d sets, cold)\n", what, rows, name.c_str(),
+         us[0], us[1], rot[1]);
+}
+
+template <int N, int T, int C, int K, int Mode>
+void run_double_norm(int rows) {
+  const std::string name = config_name<T, C, K, Mode>();
   const int64_t n = int64_t(rows) * N;
   auto kern = double_norm_kernel<N, T, C, K, Mode>;
   // Check on 1 copy, two distributions.
@@ -319,36 +357,20 @@ void run_double_norm(int rows) {
     }
     release(X), release(Y), release(A), release(B), release(O);
     if (!(worst <= 2e-3)) {
-      printf("double_norm n%-4d %-22s FAIL err %.2e\n", rows, name, worst);
+      printf("double_norm n%-4d %-22s FAIL err %.2e\n", rows, name.c_str(), worst);
       return;
     }
   }
-  double us[2];
-  const int rot[2] = {4, cold_copies(size_t(2 * n + 2 * N) * sizeof(__half))};
-  for (int m = 0; m < 2; ++m) {
-    const int cp = rot[m];
-    Buf X = alloc(cp, n), Y = alloc(cp, n), A = alloc(cp, N), B = alloc(cp, N), O = alloc(1, n);
-    CK(cudaDeviceSynchronize());
-    us[m] = time_us(
-        [&](int i, cudaStream_t st) {
-          const int c = i % cp;
-          launch<C>(kern, rows * C, T, st, (const __half*)X.p[c], (const __half*)Y.p[c],
-                    (const __half*)A.p[c], (const __half*)B.p[c], O.p[0]);
-        },
-        std::max(cp, 50), 9);
-    release(X), release(Y), release(A), release(B), release(O);
-  }
-  printf("double_norm n%-4d %-22s %7.2f us (4 sets)  %7.2f us (%d sets, cold)\n", rows, name, us[0],
-         us[1], rot[1]);
+  time_two_ways(
+      "double_norm", rows, name, {n, n, N, N}, {n},
+      [&](const std::vector<const __half*>& in, const std::vector<__half*>& out, cudaStream_t st) {
+        launch<C>(kern, rows * C, T, st, in[0], in[1], in[2], in[3], out[0]);
+      });
 }
 
 template <int N, int T, int C, int K, int Mode>
 void run_add_rmsnorm(int rows) {
-  char name[96];
-  snprintf(name, sizeof name, "T%-4d C%d K%d %s", T, C, K,
-           Mode == 0 ? "2bar"
-           : C == 1  ? "1bar"
-                     : "dsmem");
+  const std::string name = config_name<T, C, K, Mode>();
   const int64_t n = int64_t(rows) * N;
   auto kern = add_rmsnorm_kernel<N, T, C, K, Mode>;
   {
@@ -373,27 +395,15 @@ void run_add_rmsnorm(int rows) {
     }
     release(X), release(R), release(W), release(H), release(O);
     if (!(worst <= 2e-3)) {
-      printf("add_rmsnorm n%-4d %-22s FAIL err %.2e\n", rows, name, worst);
+      printf("add_rmsnorm n%-4d %-22s FAIL err %.2e\n", rows, name.c_str(), worst);
       return;
     }
   }
-  double us[2];
-  const int rot[2] = {4, cold_copies(size_t(2 * n + N) * sizeof(__half))};
-  for (int m = 0; m < 2; ++m) {
-    const int cp = rot[m];
-    Buf X = alloc(cp, n), R = alloc(cp, n), W = alloc(cp, N), H = alloc(1, n), O = alloc(1, n);
-    CK(cudaDeviceSynchronize());
-    us[m] = time_us(
-        [&](int i, cudaStream_t st) {
-          const int c = i % cp;
-          launch<C>(kern, rows * C, T, st, (const __half*)X.p[c], (const __half*)R.p[c],
-                    (const __half*)W.p[c], H.p[0], O.p[0]);
-        },
-        std::max(cp, 50), 9);
-    release(X), release(R), release(W), release(H), release(O);
-  }
-  printf("add_rmsnorm n%-4d %-22s %7.2f us (4 sets)  %7.2f us (%d sets, cold)\n", rows, name, us[0],
-         us[1], rot[1]);
+  time_two_ways(
+      "add_rmsnorm", rows, name, {n, n, N}, {n, n},
+      [&](const std::vector<const __half*>& in, const std::vector<__half*>& out, cudaStream_t st) {
+        launch<C>(kern, rows * C, T, st, in[0], in[1], in[2], out[0], out[1]);
+      });
 }
 
 template <int N, int C, int K, int Mode>

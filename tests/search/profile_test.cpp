@@ -292,21 +292,27 @@ TEST(Profile, ParsesChecksExemptAndNamesTheFailingDistribution) {
       << old.error;
 }
 
+// The command run_harness runs for hr, with a runner that only records it (in dir `tag`).
+std::string harness_command(HarnessRun hr, const std::string& tag) {
+  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / tag;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string seen;
+  hr.runner = [&](const std::string& cmd, double) {
+    seen = cmd;
+    return ProcessResult{0, false, "KILN_RESULT name=a ok=1 err=0 us=1 calls=1 copies=1"};
+  };
+  EXPECT_TRUE(run_harness(dir.string(), hr).ok());
+  return seen;
+}
+
 // profile_candidates and kiln bench ask every harness for at least two checks, so each candidate
 // meets uniform and normal std-1 inputs.
 TEST(Profile, RunHarnessAsksForBothDistributions) {
-  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "two_checks";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
   for (int asked : {0, 1, 2, 5}) {
     HarnessRun hr;
     hr.checks = asked;
-    std::string seen;
-    hr.runner = [&](const std::string& cmd, double) {
-      seen = cmd;
-      return ProcessResult{0, false, "KILN_RESULT name=a ok=1 err=0 us=1 calls=1 copies=1"};
-    };
-    EXPECT_TRUE(run_harness(dir.string(), hr).ok());
+    const std::string seen = harness_command(hr, "two_checks");
     EXPECT_NE(seen.find(" --checks " + std::to_string(std::max(asked, 2)) + " "), std::string::npos)
         << seen;
   }
@@ -315,18 +321,10 @@ TEST(Profile, RunHarnessAsksForBothDistributions) {
 
 // --copies reaches the harness only when asked for (its default streams more than the L2).
 TEST(Profile, RunHarnessPassesTheInputRotation) {
-  fs::path dir = fs::path(KILN_BINARY_DIR) / "profile_test" / "copies";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
   for (int copies : {0, 4}) {
     HarnessRun hr;
     hr.copies = copies;
-    std::string seen;
-    hr.runner = [&](const std::string& cmd, double) {
-      seen = cmd;
-      return ProcessResult{0, false, "KILN_RESULT name=a ok=1 err=0 us=1 calls=1 copies=4"};
-    };
-    EXPECT_TRUE(run_harness(dir.string(), hr).ok());
+    const std::string seen = harness_command(hr, "copies");
     EXPECT_EQ(seen.find("--copies") != std::string::npos, copies > 0) << seen;
     if (copies) EXPECT_NE(seen.find(" --copies 4"), std::string::npos) << seen;
   }

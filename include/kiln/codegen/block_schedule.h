@@ -28,6 +28,12 @@ enum class TileHome : uint8_t {
 };
 const char* tile_home_name(TileHome h);
 
+// Shared memory a generated block kernel may declare statically besides its dynamic smem_bytes
+// (the cross-warp reduction scratch is 128 bytes). The planner keeps it under the per-block
+// maximum, and the launch raises the dynamic limit once dynamic + static passes 48 KB (a kernel
+// of exactly 48 KB dynamic failed to launch on an H100 in session 13).
+constexpr int64_t kStaticSmemBytes = 1024;
+
 // Which thread computes which element of a step's tile.
 enum class DistKind : uint8_t {
   Group,  // element o belongs to lane group o % (T / group), slot o / (T / group); the group's
@@ -118,7 +124,9 @@ struct BlockSchedule {
   int coarsen = 1;
   int64_t smem_bytes = 0;       // dynamic shared memory of the kernel
   int64_t smem_rule_bytes = 0;  // what the resource rule counts
-  int64_t smem_budget = 0;      // what the target allows
+  // What the target allows per block, less kStaticSmemBytes: the kernel's static arrays (a
+  // reduction scratch) count against the same limit.
+  int64_t smem_budget = 0;
   int64_t global_bytes_per_block = 0;
   int regs_estimate = 0;  // accumulator and fragment floats per thread
   bool lossy_mma_ok = false;
