@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -87,10 +88,23 @@ struct TraceWriter::Impl {
   bool closing = false, closed = false;
   std::string error;  // the first failure; the writer stops writing after it
   std::thread thread;
-  // Rows between commits: each commit is what a run killed mid-way leaves readable (the rollback
-  // journal restores the last one); a commit of a small batch costs a few milliseconds.
+  // A commit is what a run killed mid-way leaves readable (the rollback journal restores the last
+  // one), and what `kiln trace` sees of a run still going. The writer commits after 50,000 rows or
+  // half a second, whichever comes first (a commit of a small batch costs a few milliseconds): a
+  // machine that generates rows slowly must not keep the root row uncommitted for a minute.
   static constexpr int64_t kCommitRows = 50000;
+  static constexpr std::chrono::milliseconds kCommitEvery{500};
   int64_t since_commit = 0;
+  std::chrono::steady_clock::time_point last_commit = std::chrono::steady_clock::now();
+  void commit_if_due(bool force) {
+    const auto now = std::chrono::steady_clock::now();
+    if (since_commit == 0 ||
+        (!force && since_commit < kCommitRows && now - last_commit < kCommitEvery))
+      return;
+    exec("COMMIT; BEGIN");
+    since_commit = 0;
+    last_commit = now;
+  }
 
   void check(int rc, const char* what) {
     if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return;
@@ -149,14 +163,21 @@ struct TraceWriter::Impl {
       throw UserError(ErrorCode::Io, fmt::format("cannot write the trace file {}: {}", path, why),
                       "give --trace a path whose directory exists and is writable");
     }
+    // `kiln trace` may read the file while the run writes it (its SHARED lock is held for a
+    // query's length): the writer waits for such a reader rather than fail its write. Without the
+    // wait, a reader polling at the run's start failed the schema's write ("database is locked"),
+    // and the run ended with a trace file that names no format.
+    sqlite3_busy_timeout(db, 10000);
     // Appends only, into a fresh file: no fsync; the rollback journal stays (it is cheap for
     // appends) so that a run killed mid-way leaves the last committed batches readable.
     exec("PRAGMA synchronous=OFF; PRAGMA temp_store=MEMORY; PRAGMA cache_size=-16384;");
+    // The schema and the format row in one transaction: a reader sees an empty file or a trace.
+    exec("BEGIN");
     exec(kTraceSchema);
     exec(fmt::format("INSERT INTO meta VALUES('format','{}'),('kiln_version','{}')", kTraceFormat,
                      KILN_VERSION)
              .c_str());
-    exec("BEGIN");
+    exec("COMMIT; BEGIN");
     insert = prepare(
         "INSERT INTO states(id,parent,kind,status,reason,detail,note,decision,cost_us,kernels,t_ms)"
         " VALUES(?,?,?,?,?,?,?,?,?,?,?)");
@@ -279,7 +300,7 @@ struct TraceWriter::Impl {
     };
     for (const auto& [k, v] : m.rows) put(k.c_str(), v);
     sqlite3_finalize(st);
-    since_commit = kCommitRows;  // committed at once: a killed run's file still names its spec
+    since_commit = kCommitRows;  // committed at once: a killed run's file still has its spec
   }
 
   // What makes queries instant: the indexes (built once, sorted, at the end, which is both
@@ -321,7 +342,21 @@ struct TraceWriter::Impl {
       Item item;
       {
         std::unique_lock<std::mutex> l(mu);
-        cv.wait(l, [&] { return !queue.empty() || closing; });
+        // Idle, the rows applied so far are committed once their half second is up.
+        while (queue.empty() && !closing) {
+          if (cv.wait_for(l, kCommitEvery) == std::cv_status::timeout && error.empty() &&
+              since_commit > 0) {
+            l.unlock();
+            try {
+              commit_if_due(true);
+            } catch (const std::exception& e) {
+              l.lock();
+              error = e.what();
+              continue;
+            }
+            l.lock();
+          }
+        }
         if (queue.empty()) break;
         item = std::move(queue.front());
         queue.pop_front();
@@ -329,10 +364,7 @@ struct TraceWriter::Impl {
       }
       try {
         std::visit([&](auto& x) { apply(x); }, item);
-        if (since_commit >= kCommitRows) {
-          exec("COMMIT; BEGIN");
-          since_commit = 0;
-        }
+        commit_if_due(false);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> l(mu);
         error = e.what();

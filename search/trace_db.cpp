@@ -247,18 +247,33 @@ TraceDb TraceDb::open(const std::string& path) {
   if (rc != SQLITE_OK)
     throw UserError(ErrorCode::Io, fmt::format("cannot read trace file {}: {}", path,
                                                t.db_ ? sqlite3_errmsg(t.db_) : "out of memory"));
+  // A run still writing holds the file's lock while it commits (or spills a large batch): wait
+  // for it, as long as a commit may take, rather than fail the read.
+  sqlite3_busy_timeout(t.db_, 5000);
   // A JSON Lines trace (Kiln before kiln-trace/2) or any other file fails here.
   std::string format;
+  int frc = SQLITE_OK;
   {
     sqlite3_stmt* s = nullptr;
-    if (sqlite3_prepare_v2(t.db_, "SELECT value FROM meta WHERE key='format'", -1, &s, nullptr) ==
-            SQLITE_OK &&
-        sqlite3_step(s) == SQLITE_ROW) {
+    frc = sqlite3_prepare_v2(t.db_, "SELECT value FROM meta WHERE key='format'", -1, &s, nullptr);
+    if (frc == SQLITE_OK) frc = sqlite3_step(s);
+    if (frc == SQLITE_ROW) {
       const unsigned char* v = sqlite3_column_text(s, 0);
       if (v) format = reinterpret_cast<const char*>(v);
     }
     sqlite3_finalize(s);
   }
+  // Locked past the wait: a trace being written, not a foreign file.
+  if ((frc & 0xff) == SQLITE_BUSY || (frc & 0xff) == SQLITE_LOCKED)
+    throw UserError(
+        ErrorCode::Io,
+        fmt::format("cannot read trace file {}: it is locked by the run writing it", path),
+        "read it again in a moment, or once the run has finished");
+  // SQLite creates the file before the run's first commit writes a page into it.
+  if (format.empty() && ::stat(path.c_str(), &sb) == 0 && sb.st_size == 0)
+    throw UserError(ErrorCode::Io, fmt::format("trace file {} is empty", path),
+                    "a run that has just started writing it commits its first rows within a "
+                    "second; a run that failed at its start leaves it empty");
   if (format != kTraceFormat)
     throw UserError(ErrorCode::Syntax,
                     format.empty() ? fmt::format("{} is not a Kiln trace database", path)

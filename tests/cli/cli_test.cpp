@@ -876,6 +876,9 @@ TEST(Cli, KilledTracedRunLeavesAReadableTrace) {
                        bin + " trace " + trace +
                        " summary 2>/dev/null | grep -q 'spec gqa_bs16' && break; sleep 0.1; done; "
                        "sleep 1; kill -KILL $p; wait $p");
+  // The polling reader must not fail the run it reads (it once did, at the run's start: "database
+  // is locked"): the search ended killed, or on its own.
+  EXPECT_TRUE(o.status == 137 || o.status == 0) << o.status << "\n" << o.err;
   KilnRun t = kiln("trace " + trace + " summary");
   EXPECT_EQ(t.status, 0) << t.err;
   EXPECT_NE(t.out.find("spec gqa_bs16"), std::string::npos) << t.out;

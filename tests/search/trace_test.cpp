@@ -7,8 +7,10 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
@@ -362,6 +364,53 @@ TEST(Trace, OpenRefusesWhatIsNotATrace) {
   }
   // A writer into a directory that does not exist fails at once, before any search.
   EXPECT_THROW(TraceWriter(temp("no_such_dir/x.trace")), UserError);
+  // An empty file (a run that has just created it) is named as such.
+  std::string empty = temp("empty.trace");
+  std::ofstream(empty).close();
+  try {
+    TraceDb::open(empty);
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Io);
+    EXPECT_NE(std::string(e.what()).find("is empty"), std::string::npos) << e.what();
+  }
+}
+
+// `kiln trace` may read a trace while the run writes it. A reader holding the file's SHARED lock
+// (an open read transaction) makes the writer's commits wait, not fail: here the reader holds it
+// across the writer's commits for longer than a commit's interval, then lets go, and every row
+// is there. (Without the writer's busy wait, a `kiln trace summary` polling at a run's start
+// failed the run: "database is locked".)
+TEST(Trace, AReaderHoldingTheFileDelaysTheWriterWithoutFailingIt) {
+  const std::string path = temp("held.trace");
+  TraceWriter w(path);
+  w.begin(testing::small_gated_mlp(), small_config());
+  sqlite3* r = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &r, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_busy_timeout(r, 5000);
+  ASSERT_EQ(sqlite3_exec(r, "BEGIN; SELECT count(*) FROM meta;", nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(r);
+  constexpr int kRows = 3000;
+  for (int b = 0; b < 3; ++b) {
+    std::vector<TraceState> batch;
+    for (int i = b * kRows / 3; i < (b + 1) * kRows / 3; ++i) {
+      TraceState s;
+      s.id = i;
+      s.parent = i - 1;
+      s.kind = i == 0 ? TraceKind::Root : TraceKind::Variant;
+      s.detail = i == 0 ? "spec held" : "row";
+      batch.push_back(std::move(s));
+    }
+    w.write(std::move(batch));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  ASSERT_EQ(sqlite3_exec(r, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(r);
+  sqlite3_close_v2(r);
+  EXPECT_NO_THROW(w.close());
+  TraceDb db = TraceDb::open(path);
+  EXPECT_EQ(db.summary().states, kRows);
+  EXPECT_EQ(db.summary().spec, "held");
 }
 
 }  // namespace
