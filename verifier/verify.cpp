@@ -223,14 +223,21 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     trials = std::min(trials, 64);
   }
 
-  // 3. Trials. Trial i orders selections by SelectionOrder i mod 3 (random; constants above
-  // the rest; below), so a selection against a constant is decided both ways.
-  const int max_attempts = 2 * trials + 8;
+  // 3. Trials. Trials cycle through the selection orders (random; constants above the rest;
+  // below), so a selection against a constant is decided both ways. An order under which the
+  // first two attempts both hit a zero divisor, while another order has run trials, leaves the
+  // cycle: there the zero comes from the order, not from the graphs (with every constant above
+  // the rest, each relu(c) + relu(-c) is 0, and a divisor that is their mean is 0 in every
+  // trial; the real order makes it |c|). The trials it would have run go to the other orders. A
+  // divisor that is identically zero is zero under every order and stays inconclusive.
   const SelectionOrder orders[3] = {SelectionOrder::Random, SelectionOrder::ConstantsHigh,
                                     SelectionOrder::ConstantsLow};
+  std::vector<int> live = {0, 1, 2};  // orders still in the cycle
+  int zero_by_order[3] = {0, 0, 0}, ok_by_order[3] = {0, 0, 0};
+  size_t next_order = 0;
   v.outcome = Outcome::Equivalent;
   for (int i = 0; v.trials < trials; ++i) {
-    if (i >= max_attempts) {
+    if (i >= 2 * trials + 8 + 2 * v.dropped_orders) {
       v.outcome = Outcome::Inconclusive;
       break;
     }
@@ -242,7 +249,8 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     const uint64_t seed = trial_seed(opt.seed, i);
     const size_t pair = static_cast<size_t>(i) % prime_pairs().size();
     std::atomic<uint64_t> zero_divs{0};
-    FieldDomain d(field_context(pair), seed, &zero_divs, orders[i % 3]);
+    const int oi = live[next_order++ % live.size()];
+    FieldDomain d(field_context(pair), seed, &zero_divs, orders[oi]);
     Sampling s = s0.active ? make_sampling(*ga, *gb, work, opt.sample_work, seed) : Sampling{};
     std::map<std::string, interp::Tensor<FieldValue>> by_name;
     auto make = [&](const TensorDesc& t) {
@@ -263,7 +271,7 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     // Does either graph depend on what its selections select? Same inputs, same trial, every
     // selection result replaced by a fresh value (FieldDomain's free_selections).
     if (v.selections && !v.selection_dependent && zero_divs.load() == 0) {
-      FieldDomain df(field_context(pair), seed, &zero_divs, orders[i % 3], true);
+      FieldDomain df(field_context(pair), seed, &zero_divs, orders[oi], true);
       auto changed = [&](const KernelGraph& g, bool first,
                          const std::vector<interp::Tensor<FieldValue>>& normal) {
         auto o = run(df, g, s, first);
@@ -285,8 +293,15 @@ Verdict verify_impl(const KernelGraph& a, const KernelGraph& b, const VerifyOpti
     }
     if (zero_divs.load() > 0) {
       ++v.inconclusive_trials;
+      const bool others_ran = ok_by_order[0] + ok_by_order[1] + ok_by_order[2] > 0;
+      if (++zero_by_order[oi] >= 2 && ok_by_order[oi] == 0 && others_ran && live.size() > 1) {
+        live.erase(std::find(live.begin(), live.end(), oi));
+        next_order = 0;
+        ++v.dropped_orders;
+      }
       continue;
     }
+    ++ok_by_order[oi];
     ++v.trials;
     for (size_t o = 0; o < oa.size() && v.outcome == Outcome::Equivalent; ++o) {
       const Shape& shape = oa[o].shape;
@@ -411,6 +426,11 @@ std::string Verdict::summary() const {
     if (inconclusive_trials)
       s += fmt::format("  {} trial(s) retried after a zero divisor\n", inconclusive_trials);
   }
+  if (dropped_orders && outcome != Outcome::Different)
+    s += fmt::format(
+        "  {} selection order(s) with constants above or below the rest dropped: they made a "
+        "divisor zero on every trial\n",
+        dropped_orders);
   if (scaled) s += fmt::format("  scaled instance: {}\n", scaling);
   if (sampled)
     s += fmt::format("  sampled {} of {} output rows per trial (drawn afresh each trial)\n",

@@ -276,6 +276,37 @@ TEST(Verdict, ADivisionByZeroIsInconclusive) {
   EXPECT_GT(v.inconclusive_trials, 0);
 }
 
+// A divisor that the orders with every constant above (or below) the rest make zero on every
+// trial, but that is |c| > 0 in the real order: relu(c) + relu(-c). Those two orders leave the
+// cycle after two zero divisors each, and the random order decides: the spec is equivalent to
+// itself (unbounded: relu's selections matter), and a wrong divisor is still rejected. A
+// divisor that is zero under every order stays inconclusive (ADivisionByZeroIsInconclusive).
+TEST(Verdict, AnOrderThatZeroesADivisorLeavesTheCycle) {
+  const std::string common = R"(
+      {"name": "mu", "op": "mean", "inputs": ["X"], "attrs": {"dim": -1}},
+      {"name": "C", "op": "sub", "inputs": ["X", "mu"]},
+      {"name": "P", "op": "relu", "inputs": ["C"]},
+      {"name": "Nn", "op": "neg", "inputs": ["C"]},
+      {"name": "Q", "op": "relu", "inputs": ["Nn"]},
+      {"name": "A", "op": "add", "inputs": ["P", "Q"]},
+      {"name": "ma", "op": "mean", "inputs": ["A"], "attrs": {"dim": -1}},)";
+  KernelGraph a = spec(kX, common + R"(
+      {"name": "O", "op": "div", "inputs": ["C", "ma"]})",
+                       R"("O")");
+  Verdict same = verify(a, a);
+  ASSERT_EQ(same.outcome, Outcome::Equivalent) << same.summary();
+  EXPECT_TRUE(same.selection_dependent);
+  EXPECT_EQ(same.dropped_orders, 2);
+  EXPECT_GE(same.trials, 6);
+  EXPECT_NE(same.summary().find("dropped"), std::string::npos);
+  // C / (2 ma) is not C / ma.
+  KernelGraph b = spec(kX, common + R"(
+      {"name": "m2", "op": "add", "inputs": ["ma", "ma"]},
+      {"name": "O", "op": "div", "inputs": ["C", "m2"]})",
+                       R"("O")");
+  EXPECT_EQ(verify(a, b).outcome, Outcome::Different);
+}
+
 TEST(Scaling, ShrinksUnitsAndMapsIndicesBack) {
   KernelGraph ref = testing::attention_spec(2, 64, 64, 4096);
   KernelGraph flash = testing::flash_decoding(2, 64, 64, 4096, 32, 8, 4);

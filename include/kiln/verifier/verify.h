@@ -54,6 +54,9 @@ struct Verdict {
   // depend on what the graphs' selections select (docs/verifier.md, "Selections").
   int trials = 0;               // conclusive trials run
   int inconclusive_trials = 0;  // trials retried because a divisor was 0 in the field
+  // Selection orders dropped from the trials' cycle because each made a divisor 0 on its first
+  // two trials while another order ran (docs/verifier.md, "Selections").
+  int dropped_orders = 0;
   double per_trial_bound = 1;
   double bound = 1;
   uint64_t degree = 0;      // the degree term of the bound
