@@ -107,11 +107,11 @@ void add_split_round_trip(KernelCost& c, const CostConstants& k) {
 }
 
 // A graph-defined GEMM with an elementwise epilogue that the emitter lowers to the runtime's
-// warp-specialized wgmma mainloop (kiln/codegen/lowerings/contraction.h): 128 x 128 output tiles, each a block
-// on its own SM. Tensor-core efficiency from the H100 timings of that kernel (docs/runtime.md:
-// 4096^3 one weight 699 TFLOP/s, two weights 711 TFLOP/s with the persistent kernel, at 0.97
-// wave efficiency: about the target's 690 TFLOP/s rate).
-// `inputs` are the tensors that p's input indices refer to.
+// warp-specialized wgmma mainloop (kiln/codegen/lowerings/contraction.h): 128 x 128 output tiles,
+// each a block on its own SM. Tensor-core efficiency from the H100 timings of that kernel
+// (docs/runtime.md: 4096^3 one weight 699 TFLOP/s, two weights 711 TFLOP/s with the persistent
+// kernel, at 0.97 wave efficiency: about the target's 690 TFLOP/s rate). `inputs` are the tensors
+// that p's input indices refer to.
 KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
                             const std::vector<TensorDesc>& inputs, const Target& t) {
   const CostConstants& k = cost_constants(t.arch);
@@ -147,6 +147,22 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
     c.tc_flops = 2.0 * nb * double(pad(p.m, 8)) * double(p.n) * double(p.k);
     double dram_u, comp_u;
     grid_utilization(double(v->grid), t, k.gemv_efficiency, k.gemv_tma_saturation, dram_u, comp_u);
+    finish_times(c, t, k, dram_u, comp_u);
+    if (v->splits > 1) add_split_round_trip(c, k);
+    return c;
+  }
+  if (const std::optional<GemvKmajorShape>& v = p.gemv_kmajor) {
+    // M <= 32, one K-major weight: the register GEMV, modeled as the predefined one (a weight
+    // stream at the GEMV's efficiency; each 16-column block reads all of A through L2; a
+    // cluster's k-splits add one round trip).
+    c.blocks = v->grid;
+    c.waves = 1;
+    c.iterations = std::max<int64_t>(1, p.k / (256 * v->splits));
+    c.pipeline_stages = 1;
+    c.l2_bytes = bytes(p.a) * double((p.n + 15) / 16);
+    c.tc_flops = 2.0 * double(pad(p.m, 8)) * double(pad(p.n, 16)) * double(p.k);
+    double dram_u, comp_u;
+    grid_utilization(double(v->grid), t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
     finish_times(c, t, k, dram_u, comp_u);
     if (v->splits > 1) add_split_round_trip(c, k);
     return c;

@@ -182,12 +182,16 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     ws = align_up(ws + std::max<int64_t>(bytes, 1), 256);
     return off;
   };
+  // Intermediates get workspace once every kernel is matched: a tensor whose op was taken over
+  // and is never stored (a transpose read in place, a prologue) takes none. (Allocated first,
+  // an nn.Linear weight's unwritten transpose held 117 MB of linear_act_m16's workspace.)
   const std::set<int> is_input(g.inputs.begin(), g.inputs.end());
+  std::vector<bool> unstored(nt, false);
   for (int id = 0; id < nt; ++id) {
     if (is_input.count(id) || ctx.is_output.count(id)) continue;
     if (g.producer(id) < 0) continue;
     if (ctx.is_const(id) && !ctx.need_store[id]) continue;
-    s.tensor_offset[id] = alloc(tensor_bytes(g.tensor(id)));
+    s.tensor_offset[id] = 0;  // to be allocated below
   }
 
   int64_t block_scratch = 0;
@@ -209,7 +213,7 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
       pp.fused_into = static_cast<int>(k);
       pp.grid = 0;
       pp.threads = 0;
-      if (!stores) s.tensor_offset[g.ops[victim].outputs[0]] = -1;
+      if (!stores) unstored[g.ops[victim].outputs[0]] = true;
     };
     KILN_ASSERT(kp.view_op < 0 || kp.view_op != kp.prologue_op, "{} takes over op {} twice",
                 kp.kernel, kp.view_op);
@@ -217,9 +221,14 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     if (kp.view_op >= 0) retire(kp.view_op, true, false);
     if (kp.as<BlockGraphKernel>())
       block_scratch = std::max(block_scratch, kp.block->global_bytes_per_block * kp.grid);
-    if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);
     s.kernels.push_back(std::move(kp));
   }
+  for (int id = 0; id < nt; ++id) {
+    if (s.tensor_offset[id] < 0) continue;
+    s.tensor_offset[id] = unstored[id] ? -1 : alloc(tensor_bytes(g.tensor(id)));
+  }
+  for (KernelPlan& kp : s.kernels)
+    if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);
   if (block_scratch > 0) s.block_scratch_offset = alloc(block_scratch);
   s.workspace_bytes = ws;
   return s;

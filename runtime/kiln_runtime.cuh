@@ -44,6 +44,7 @@
 #endif
 #ifndef KILN_RT_GEMV_TMA_CUH
 #include "gemv_tma.cuh"
+#include "gemv_kmajor.cuh"
 #endif
 
 #endif  // KILN_RT_KILN_RUNTIME_CUH

@@ -58,13 +58,16 @@ class Matcher {
     const TensorDesc& a = bg_.inputs[plan.a];
     plan.k = a.shape[1];
     plan.ab = a.dtype;
-    if (!is_16bit(a.dtype) || plan.k % 8 || plan.n % 8) return false;
+    if (!is_16bit(a.dtype) || plan.k % 8) return false;
     const Shape bshape = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != bshape) return false;
-    if (plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
-    if (plan.m <= 32) plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_);
-    return plan.gemv.has_value();
+    if (plan.n % 8 == 0 && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
+    if (plan.m <= 32)
+      plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);
+    if (!plan.gemv && plan.m <= 32 && plan.b_kmajor && plan.b.size() == 1)
+      plan.gemv_kmajor = gemv_kmajor_shape(plan.m, plan.n, plan.k, t_);
+    return plan.gemv.has_value() || plan.gemv_kmajor.has_value();
   }
 
  private:
@@ -285,6 +288,12 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
     kp.grid = v->grid;
     kp.threads = c->row_sumsq ? 192 : 160;  // + the rows warp
     kp.smem = v->smem;
+  } else if (const std::optional<GemvKmajorShape>& v = c->gemv_kmajor) {
+    // Decode rows, one K-major weight: the K-major register GEMV (runtime/gemv_kmajor.cuh).
+    kp.splits = static_cast<int>(v->splits);
+    kp.grid = v->grid;
+    kp.threads = 256;
+    kp.smem = 0;
   } else {
     kp.grid = cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128);
     kp.threads = 384;
@@ -299,6 +308,9 @@ std::string ContractionKernel::describe() const {
     return fmt::format("gemv tma contraction ({} weight{}{}, {}x{} s{}, {} split{})", c.b.size(),
                        plural, c.b_kmajor ? " K-major" : "", v->bn, v->bk, v->stages, v->splits,
                        v->splits > 1 ? "s" : "");
+  if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor)
+    return fmt::format("gemv k-major contraction (1 weight, 8 warps x 16 columns, cluster {})",
+                       v->splits);
   return fmt::format("wgmma_ws contraction ({} weight{}{}, 128x128x64 tiles)", c.b.size(), plural,
                      c.b_kmajor ? " K-major" : "");
 }
@@ -321,7 +333,7 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   K.open(fmt::format("struct {} {{", epi));
   for (size_t e = 0; e < c.epi_inputs.size(); ++e)
     K.f("const {}* e{}_ptr;", ctype(bg.inputs[c.epi_inputs[e]].dtype), e);
-  if (c.gemv) {
+  if (c.gemv || c.gemv_kmajor) {
     // The GEMV's epilogue interface (runtime/gemv.cuh): one more argument, the row's sum of
     // squares, which this functor does not ask for.
     K.f("static constexpr bool kRowSumSq = {};", c.row_sumsq ? "true" : "false");
@@ -363,6 +375,16 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
         c.b_kmajor ? ", true" : "", x.ptr(op.inputs[c.a]), c.k, x.ptr(op.inputs[c.b[0]]),
         x.ptr(op.inputs[c.b[nb - 1]]), ldb, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, v->splits,
         epi, fmt::join(epi_args, ", "));
+    L.line("if (err != cudaSuccess) return err;");
+    L.close();
+    return;
+  }
+  if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor) {
+    L.f("err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, 8, 4, {}, {}>({}, {}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, stream, {}{{{}}});",
+        ctype(c.ab), ctype(c.out), v->mt, v->max_cluster, epi, x.ptr(op.inputs[c.a]), c.k,
+        x.ptr(op.inputs[c.b[0]]), c.k, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, v->splits, epi,
+        fmt::join(epi_args, ", "));
     L.line("if (err != cudaSuccess) return err;");
     L.close();
     return;

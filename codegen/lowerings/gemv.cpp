@@ -39,11 +39,21 @@ int64_t align_up(int64_t a, int64_t b) {
 // 8-436 MB of weight, with and without the fused rms_norm, one and two weights): 0.53-0.99 of its
 // time (rmsnorm_linear bs16: 20.4 us against 24.4; torch 23.0 in the same session), and within
 // 1.7% of the best configuration swept for each shape (the rule was chosen on these numbers).
-std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw,
-                                           const Target& t) {
+//
+// K-major weights (W^T [N, K], `kmajor`) have no 8 MB floor: there the alternative is not the
+// register GEMV over [K, N] but a transpose kernel in front of it, or the K-major register GEMV
+// (gemv_kmajor_shape). Under 8 MB the TMA GEMV is kept while each block streams at most 192 KB
+// (1.5 rings), measured on the H100 (tests/gpu/gemv_kmajor_sweep.cu, 2026-11-27, cold weights, us:
+// TMA / K-major register at its best / torch F.linear): M8 N3072 K1024 bf16 4.71 / 4.62 / 5.25,
+// M32 5.08 / 5.74 / 5.81, M8 N1024 K1024 3.58 / 3.62 / 4.73; past it the register kernel's clusters
+// win: M4 N512 K4096 f16 (16 blocks of 262 KB) 6.39 / 4.54 / 7.53.
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int nw, const Target& t,
+                                           bool kmajor) {
   if (t.arch != Arch::Sm90a || M > 32 || M < 1 || nw < 1 || nw > 2) return std::nullopt;
   if (N % 8 != 0 || K % 8 != 0 || N < 8) return std::nullopt;  // TMA strides, 16-byte stores
-  if (K * N * 2 * nw < (int64_t(8) << 20)) return std::nullopt;
+  const int64_t weight_bytes = K * N * 2 * nw;
+  const bool small = weight_bytes < (int64_t(8) << 20);
+  if (small && !kmajor) return std::nullopt;
   const int64_t sms = t.sm_count, mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;  // wgmma n in {8, 16, 32}
   int64_t bn = 64;
   while (bn < 256 && cdiv(N, bn) > sms) bn *= 2;
@@ -69,6 +79,26 @@ std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int 
   c.splits = splits;
   c.grid = cb * splits;
   c.smem = smem(st);
+  if (small && weight_bytes > c.grid * (int64_t(192) << 10)) return std::nullopt;
+  return c;
+}
+
+// The K-major register GEMV (runtime gemv_kmajor.cuh) at 8 warps of 4 k-steps in flight, one
+// 16-column slab per block; on sm_90a the k-range splits over a cluster until the blocks cover
+// the SMs once, keeping at least 256 rows of K per split. Measured on the H100 (tests/gpu/
+// gemv_kmajor_sweep.cu, 2026-11-27; docs/runtime.md has the table), on the shapes the TMA GEMV
+// declines this is within 2% of the best of 4/8 warps, 1/2/4 slabs, unroll 2/4 and 1-8 splits:
+// N512 K4096 8 splits 4.54 us (1 split: 10.19), N777 K4104 M27 4 splits 9.70 (8: 12.56), N1001
+// K1000 4 splits 3.73 (best 3.67); N3072 K1024 none 4.62 (2: 5.00).
+GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target& t) {
+  GemvKmajorShape c;
+  c.mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  const int64_t cb = cdiv(N, 16);
+  auto chunk = [&](int64_t s) { return align_up(cdiv(K, s), 32); };
+  c.max_cluster = t.arch == Arch::Sm90a ? 8 : 1;
+  if (t.arch == Arch::Sm90a)
+    while (c.splits < 8 && cb * c.splits < t.sm_count && chunk(2 * c.splits) >= 256) c.splits *= 2;
+  c.grid = cb * c.splits;
   return c;
 }
 
@@ -80,8 +110,15 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   const MatmulShape s(g, op);
   // A batch over a 2-D B folds into the GEMV's rows (folded_rows).
   const int64_t M = folded_rows(s), N = s.N, K = s.K;
-  if (!tensor_core_operands(ctx, op, s) || M < 1 || M > 32 || K % 4 != 0 ||
-      (N * dtype_bytes(s.out.dtype)) % 16 != 0)
+  if (M < 1 || M > 32) return std::nullopt;
+  // B = transpose(W) of an [N, K] W (nn.Linear's layout) is read K-major in place, by the TMA GEMV
+  // or the K-major register GEMV: any N, K a multiple of 8 (both load 16-byte runs of a row). The
+  // transpose would otherwise rewrite the whole weight before every call.
+  const int tr = kmajor_b_source(ctx, op);
+  const bool kmajor = tr >= 0 && !ctx.is_const(op.inputs[0]) && s.a.dtype == s.b.dtype &&
+                      s.a.dtype != DType::F32 && K % 8 == 0;
+  if (!kmajor &&
+      (!tensor_core_operands(ctx, op, s) || K % 4 != 0 || (N * dtype_bytes(s.out.dtype)) % 16 != 0))
     return std::nullopt;
   GemvKernel p;
   p.rows = M;
@@ -121,7 +158,7 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   kp.threads = 32 * p.warps_n * p.warps_k;
   kp.grid = col_blocks * splits;
   // The TMA-streamed GEMV where gemv_tma_shape gives a configuration (one weight).
-  if (std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t)) {
+  if (std::optional<GemvTmaShape> c = gemv_tma_shape(M, N, K, 1, t, kmajor)) {
     p.tma = c;
     p.cluster = false;
     kp.splits = static_cast<int>(c->splits);
@@ -145,13 +182,20 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
     kp.prologue_op = pr;
     kp.prologue_stores = false;
   }
-  // B = transpose(W) of an [N, K] W: the TMA GEMV reads W K-major in place (the transpose would
-  // otherwise rewrite the whole weight before every call).
-  if (int tr = kmajor_b_source(ctx, op); tr >= 0 && p.tma) {
+  if (kmajor) {
     kp.view_op = tr;
     p.b_kmajor = true;
+    if (!p.tma) {
+      const GemvKmajorShape c = gemv_kmajor_shape(M, N, K, t);
+      p.kmajor = c;
+      p.cluster = false;
+      kp.splits = static_cast<int>(c.splits);
+      kp.threads = 256;
+      kp.smem = 0;
+      kp.grid = c.grid;
+    }
   }
-  if (splits > 1 && !p.cluster && !p.tma) {
+  if (splits > 1 && !p.cluster && !p.tma && !p.kmajor) {
     kp.scratch_bytes =
         col_blocks * splits * (p.warps_n * mt * 512 + (p.rms ? mt * 8 : 0)) * 4 + col_blocks * 4;
   }
@@ -159,7 +203,10 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
 }
 
 std::string GemvKernel::describe() const {
-  std::string s = tma ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages) : "gemv";
+  std::string s = tma ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages)
+                  : kmajor
+                      ? fmt::format("gemv k-major 8 warps x 16 columns, cluster {}", kmajor->splits)
+                      : std::string("gemv");
   if (b_kmajor) s += ", W read K-major in place";
   return rms ? s + " rms_norm" : s;
 }
@@ -199,6 +246,12 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
         "{}, {}, {}, 1, {}, {}, {}, 1, {}{}", m.TA, m.TO, v->mt, v->bn, v->bk, v->stages,
         rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", b_kmajor ? ", true" : "");
     L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
+  } else if (const std::optional<GemvKmajorShape>& c = kmajor) {
+    // The K-major register GEMV: W [N, K], row stride K; clusters of up to 8 on sm_90a.
+    L.f("err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, 8, 4, {}, {}>({}, {}, {}, {}, {}, {}, "
+        "{}, {}, {}, {}, stream, {});",
+        m.TA, m.TO, c->mt, c->max_cluster, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity",
+        x.ptr(a_in), m.K, x.ptr(b), m.K, x.ptr(op.outputs[0]), m.N, rows, m.N, m.K, c->splits, epi);
   } else if (cluster) {
     L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
   } else {

@@ -4,10 +4,13 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "kiln/codegen/emit.h"
 #include "kiln/codegen/lowerings/contraction.h"
 #include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
+#include "sim_runner.h"
 
 namespace kiln {
 namespace {
@@ -205,6 +208,74 @@ TEST(Contraction, TransposedWeightsAndBroadcastEpilogueOperands) {
   EXPECT_NE(cu.find("(t0, 128, t1, t1, 128, "), std::string::npos);  // ldb = K
   EXPECT_NE(cu.find("e0_ptr[n]"), std::string::npos);
   EXPECT_NE(cu.find("e1_ptr[int64_t(m) * 1]"), std::string::npos);
+}
+
+// Decode rows with one K-major weight that the TMA GEMV does not take (N not a multiple of 8, or
+// few blocks of a small weight) run as the K-major register GEMV with the same epilogue functor
+// (bias, activation, per-row scale); its result on the CPU simulator matches the spec's.
+BlockGraph small_linear(int64_t m, int64_t n, int64_t k, int64_t tn) {
+  std::vector<TensorDesc> ins = {{"X", {m, k}, DType::BF16},
+                                 {"W", {n, k}, DType::BF16},
+                                 {"b", {n}, DType::BF16},
+                                 {"r", {m, 1}, DType::F32}};
+  BlockGraphBuilder b({n / tn}, 128, {k / 64}, ins);
+  int x = b.input(0, {-1}, {1});
+  int w = b.input(1, {0}, {1});
+  int acc = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, b.op(OpKind::Transpose, {w})})});
+  int bias = b.input(2, {0}, {-1});
+  int rs = b.input(3, {-1}, {-1});
+  int v = b.op(OpKind::Mul, {b.op(OpKind::Tanh, {b.op(OpKind::Add, {acc, bias})}), rs});
+  b.output(v, {1}, {-1}, DType::BF16, "Y");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+TEST(Contraction, SmallKmajorWeightsRunAsTheRegisterGemv) {
+  const Target& t = target_for(Arch::Sm90a);
+  struct Case {
+    int64_t m, n, k, tn, splits;
+  };
+  // N 1020: 64 blocks of 16 columns, 2 splits (K 640: at least 256 rows each); N 512 K 4096 (4 MB
+  // in 16 TMA blocks of 256 KB): 32 blocks, 8 splits.
+  for (const Case& c : {Case{5, 1020, 640, 60, 2}, Case{3, 512, 4096, 64, 8}}) {
+    SCOPED_TRACE(fmt::format("M {} N {} K {}", c.m, c.n, c.k));
+    auto bg = std::make_shared<const BlockGraph>(small_linear(c.m, c.n, c.k, c.tn));
+    auto p = match_contraction(*bg, t);
+    ASSERT_TRUE(p);
+    EXPECT_TRUE(p->b_kmajor);
+    EXPECT_FALSE(p->gemv);
+    ASSERT_TRUE(p->gemv_kmajor);
+    EXPECT_EQ(p->gemv_kmajor->splits, c.splits);
+
+    KernelGraphBuilder kb("lin", "", Arch::Sm90a);
+    int x = kb.input("X", {c.m, c.k}, DType::BF16);
+    int w = kb.input("W", {c.n, c.k}, DType::BF16);
+    int bias = kb.input("b", {c.n}, DType::BF16);
+    int r = kb.input("r", {c.m, 1}, DType::F32);
+    kb.output(kb.graph_defined(bg, {x, w, bias, r}, "k")[0]);
+    KernelGraph g = std::move(kb).finish();
+    const Schedule s = plan_schedule(g, t);
+    ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
+    EXPECT_EQ(s.kernels[0].grid, (c.n + 15) / 16 * c.splits);
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find(fmt::format("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, "
+                                  "1, 8, 4, 8, Epi_k0_k>(t0, {0}, t1, {0}, ",
+                                  c.k)),
+              std::string::npos);
+
+    KernelGraphBuilder sb("lin", "", Arch::Sm90a);
+    int sx = sb.input("X", {c.m, c.k}, DType::BF16);
+    int sw = sb.input("W", {c.n, c.k}, DType::BF16);
+    int sbias = sb.input("b", {c.n}, DType::BF16);
+    int sr = sb.input("r", {c.m, 1}, DType::F32);
+    int h = sb.op(OpKind::MatMul, {sx, sb.op(OpKind::Transpose, {sw}, {}, "Wt")}, {}, "H");
+    int y = sb.op(OpKind::Mul,
+                  {sb.op(OpKind::Tanh, {sb.op(OpKind::Add, {h, sbias}, {}, "Hb")}, {}, "T"), sr},
+                  {}, "Y");
+    sb.output(y);
+    EXPECT_EQ(testing::check_in_simulator(g, std::move(sb).finish(), 5, "kmajor_contraction",
+                                          Arch::Sm90a, Precision::F32, /*lowerings=*/true),
+              "");
+  }
 }
 
 // rms_norm(X) W with the scaling deferred: O = (X W) / sqrt(mean(X^2) + eps), the sum of squares

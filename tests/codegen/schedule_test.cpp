@@ -474,17 +474,25 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
     const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
     EXPECT_TRUE(s.kernels[0].as<FusedIntoKernel>());
     EXPECT_EQ(s.kernels[1].view_op, 0);
-    EXPECT_EQ(s.tensor_offset[g.ops[0].outputs[0]], -1);  // W^T is never written
+    EXPECT_EQ(s.tensor_offset[g.ops[0].outputs[0]], -1);  // W^T is never written ...
+    EXPECT_LT(s.workspace_bytes, c.n * c.k * 2);          // ... and takes no workspace
     const std::string cu = emit_cuda(g);
     EXPECT_NE(cu.find(c.launch), std::string::npos);
     EXPECT_NE(cu.find("k0_Wt: transpose -> read in place by k1_Y (no kernel)"), std::string::npos);
-    // Kept as a kernel: W^T also an output, read by two matmuls, or sm_80.
+    // Kept as a kernel: W^T also an output, read by two matmuls, or sm_80 past 32 rows (at
+    // decode rows the K-major register GEMV reads it in place there too).
     for (const KernelGraph& other : {graph(c.m, c.n, c.k, Arch::Sm90a, true, false),
                                      graph(c.m, c.n, c.k, Arch::Sm90a, false, true),
                                      graph(c.m, c.n, c.k, Arch::Sm80, false, false)}) {
       const Schedule so = plan_schedule(other, target_for(other.arch));
-      EXPECT_FALSE(so.kernels[0].as<FusedIntoKernel>());
-      EXPECT_EQ(so.kernels[1].view_op, -1);
+      const bool in_place = other.arch == Arch::Sm80 && c.m <= 32;
+      EXPECT_EQ(so.kernels[0].as<FusedIntoKernel>() != nullptr, in_place);
+      EXPECT_EQ(so.kernels[1].view_op, in_place ? 0 : -1);
+      if (in_place) {
+        ASSERT_TRUE(so.kernels[1].as<GemvKernel>());
+        ASSERT_TRUE(so.kernels[1].as<GemvKernel>()->kmajor.has_value());
+        EXPECT_EQ(so.kernels[1].as<GemvKernel>()->kmajor->splits, 1);  // no clusters on sm_80
+      }
     }
   }
   // 33 to 64 rows: the wgmma GEMM reads W K-major (the mma.sync GEMM would need W^T written out);
@@ -503,10 +511,24 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
                     .kernels[0]
                     .as<GemmTcKernel>());
   }
-  // Weights under 8 MB at decode rows take the register GEMV, which reads N-major only.
+  // Weights under 8 MB at decode rows are read in place as well: by the TMA GEMV where each block
+  // streams at most 192 KB (2 MB in 16 blocks), else by the K-major register GEMV (4 MB in 16).
   const Schedule small =
       plan_schedule(graph(8, 1024, 1024, Arch::Sm90a, false, false), target_for(Arch::Sm90a));
-  EXPECT_FALSE(small.kernels[0].as<FusedIntoKernel>());
+  EXPECT_TRUE(small.kernels[0].as<FusedIntoKernel>());
+  ASSERT_TRUE(small.kernels[1].as<GemvKernel>());
+  EXPECT_TRUE(small.kernels[1].as<GemvKernel>()->tma.has_value());
+  KernelGraph g4 = graph(8, 512, 4096, Arch::Sm90a, false, false);
+  const Schedule few = plan_schedule(g4, target_for(Arch::Sm90a));
+  EXPECT_TRUE(few.kernels[0].as<FusedIntoKernel>());
+  ASSERT_TRUE(few.kernels[1].as<GemvKernel>());
+  ASSERT_TRUE(few.kernels[1].as<GemvKernel>()->kmajor.has_value());
+  const std::string cu4 = emit_cuda(g4);  // W [512, 4096] as W^T, row stride K; 8 splits
+  EXPECT_NE(cu4.find("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, 1, 8, 4, 8, "
+                     "kiln::rt::GemvIdentity>(t0, 4096, t1, 4096, "),
+            std::string::npos);
+  EXPECT_NE(cu4.find(", 512, 8, 512, 4096, 8, stream, kiln::rt::GemvIdentity());"),
+            std::string::npos);
 }
 
 }  // namespace

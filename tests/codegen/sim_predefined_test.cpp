@@ -2,6 +2,8 @@
 // elementwise (vector and broadcast paths, folded constants), transposes, reductions along inner
 // and outer dims, softmax and rms_norm (warp-, block- and column-per-row paths), and matmul in
 // every strategy (gemv, tensor-core GEMM with and without split-K, FMA with batch broadcast).
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -126,6 +128,58 @@ TEST(SimPredefined, TransposedWeightsReadInPlace) {
   EXPECT_EQ(s.kernels[3].strategy(), "wgmma_ws 128x128x64 s6, B read K-major in place");
   EXPECT_NE(s.kernels[4].strategy().find("W read K-major in place"), std::string::npos);
   expect_sim_ok(std::move(g), "pre_lin");
+}
+
+// nn.Linear weights under 8 MB are read in place too: by the TMA GEMV while each block streams at
+// most 192 KB, else (or where N is not a multiple of 8) by the K-major register GEMV, split over
+// a cluster where its 16-column blocks do not cover the SMs; a weightless rms_norm in front is
+// its epilogue. No transpose runs a kernel, and every result matches the interpreter.
+TEST(SimPredefined, SmallTransposedWeightsReadInPlace) {
+  KernelGraphBuilder b("lin_small");
+  Attrs e;
+  e.eps = 1e-5;
+  int x1 = b.input("X1", {3, 256}, DType::F16);
+  int w1 = b.input("W1", {136, 256}, DType::F16);  // 68 KB over 3 TMA blocks
+  int x2 = b.input("X2", {4, 4096}, DType::F16);
+  int w2 = b.input("W2", {512, 4096}, DType::F16);  // 4 MB: 16 TMA blocks of 256 KB
+  int x3 = b.input("X3", {5, 1000}, DType::BF16);
+  int w3 = b.input("W3", {1001, 1000}, DType::BF16);  // N % 8 != 0
+  int x4 = b.input("X4", {27, 264}, DType::BF16);
+  int w4 = b.input("W4", {44, 264}, DType::BF16);  // N % 8 != 0
+  b.output(b.op(OpKind::MatMul, {x1, b.op(OpKind::Transpose, {w1}, {}, "W1t")}, {}, "tma"));
+  b.output(b.op(OpKind::MatMul, {x2, b.op(OpKind::Transpose, {w2}, {}, "W2t")}, {}, "reg8"));
+  b.output(b.op(OpKind::MatMul, {x3, b.op(OpKind::Transpose, {w3}, {}, "W3t")}, {}, "ragged"));
+  b.output(b.op(OpKind::MatMul,
+                {b.op(OpKind::RmsNorm, {x4}, e, "n4"), b.op(OpKind::Transpose, {w4}, {}, "W4t")},
+                {}, "rms"));
+  KernelGraph g = std::move(b).finish();
+  const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+  std::map<std::string, std::string> by;
+  for (const KernelPlan& k : s.kernels) by[k.kernel] = k.strategy();
+  for (const auto& [k, how] : by)
+    if (k.find('W') != std::string::npos)
+      EXPECT_NE(how.find("read in place"), std::string::npos) << k;
+  auto gemv = [&](const char* name) {
+    for (const KernelPlan& k : s.kernels)
+      if (k.kernel.find(name) != std::string::npos) return k.as<GemvKernel>();
+    return static_cast<const GemvKernel*>(nullptr);
+  };
+  ASSERT_TRUE(gemv("tma") && gemv("reg8") && gemv("ragged") && gemv("rms"));
+  EXPECT_TRUE(gemv("tma")->tma.has_value());
+  ASSERT_TRUE(gemv("reg8")->kmajor.has_value());
+  EXPECT_EQ(gemv("reg8")->kmajor->splits, 8);  // 32 blocks of 16 columns
+  ASSERT_TRUE(gemv("ragged")->kmajor.has_value());
+  EXPECT_EQ(gemv("ragged")->kmajor->splits, 4);  // 63 blocks; 256 rows of K per split
+  ASSERT_TRUE(gemv("rms")->kmajor.has_value());
+  EXPECT_TRUE(gemv("rms")->rms);
+  EXPECT_EQ(gemv("rms")->kmajor->mt, 4);
+  for (const char* n : {"tma", "reg8", "ragged", "rms"}) EXPECT_TRUE(gemv(n)->b_kmajor) << n;
+  // Off sm_90a: no clusters.
+  const Schedule s80 = plan_schedule(g, target_for(Arch::Sm80));
+  for (const KernelPlan& k : s80.kernels)
+    if (const GemvKernel* p = k.as<GemvKernel>(); p && p->kmajor)
+      EXPECT_EQ(p->kmajor->splits, 1) << k.kernel;
+  expect_sim_ok(std::move(g), "pre_lin_small");
 }
 
 // Activations with batch dims over a 2-D weight ([B, S, K] x W^T, as nn.Linear is applied to a

@@ -93,14 +93,14 @@ static std::string slurp(const fs::path& p) {
 }
 
 SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                        const std::string& dir, const std::string& tag, Arch arch) {
+                        const std::string& dir, const std::string& tag, Arch arch, bool lowerings) {
   SimRun r;
   fs::path d = fs::path(dir) / tag;
   fs::create_directories(d);
   EmitOptions eo;
   eo.arch = arch;
   eo.include_listing = false;
-  eo.lowerings = false;  // the simulator runs block-graph kernels, not wgmma/TMA
+  eo.lowerings = lowerings;
   std::string cu = emit_cuda(g, eo);
   std::ofstream(d / "kernel.cu") << cu;
   std::ofstream(d / "sim.cpp") << simulator_source(cu, g);
@@ -137,11 +137,12 @@ SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inp
 }
 
 std::string check_in_simulator(const KernelGraph& g, const KernelGraph& ref, uint64_t seed,
-                               const std::string& tag, Arch arch, Precision precision) {
+                               const std::string& tag, Arch arch, Precision precision,
+                               bool lowerings) {
   std::vector<HostTensor> in = random_inputs(ref, seed);
   std::vector<HostTensor> want = evaluate(ref, in, {precision, 0});
   std::string dir = (fs::temp_directory_path() / "kiln_codegen_sim").string();
-  SimRun run = run_in_simulator(g, in, dir, tag, arch);
+  SimRun run = run_in_simulator(g, in, dir, tag, arch, lowerings);
   if (!run.ok) return run.log;
   std::string msg;
   for (size_t i = 0; i < want.size(); ++i) {

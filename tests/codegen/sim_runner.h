@@ -17,9 +17,13 @@ struct SimRun {
   std::vector<HostTensor> outputs;
 };
 
-// Work happens in `dir` (created); `tag` names the files.
+// Work happens in `dir` (created); `tag` names the files. `lowerings`: plan graph-defined ops
+// with the lowerings that replace their block graphs by runtime kernels (contractions as the
+// GEMVs; off by default: the simulator's runtime covers the GEMVs and the wgmma GEMM's launcher
+// only).
 SimRun run_in_simulator(const KernelGraph& g, const std::vector<HostTensor>& inputs,
-                        const std::string& dir, const std::string& tag, Arch arch = Arch::Sm90a);
+                        const std::string& dir, const std::string& tag, Arch arch = Arch::Sm90a,
+                        bool lowerings = false);
 
 // The simulator's C++ translation of an emitted .cu (kernels and launch function only).
 std::string simulator_source(const std::string& cu, const KernelGraph& g);
@@ -31,6 +35,6 @@ std::string simulator_source(const std::string& cu, const KernelGraph& g);
 // a 16-bit intermediate does not count as an emitter error.
 std::string check_in_simulator(const KernelGraph& g, const KernelGraph& ref, uint64_t seed,
                                const std::string& tag, Arch arch = Arch::Sm90a,
-                               Precision precision = Precision::F64);
+                               Precision precision = Precision::F64, bool lowerings = false);
 
 }  // namespace kiln::testing

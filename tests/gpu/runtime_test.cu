@@ -1284,6 +1284,67 @@ static void test_gemv_tma_all(const cudaDeviceProp& prop) {
   }
 }
 
+// ---- gemv_kmajor.cuh ---------------------------------------------------------------------------
+
+// gemv_kmajor_launch (8 warps, unroll 4, clusters of up to 8 CTAs) on W^T [N][K + 8], with
+// `splits` CTAs per cluster (empty k-ranges included).
+template <typename T, typename TO, int MT, class Epi>
+void test_gemv_kmajor(int M, int N, int K, int splits, Epi epi, const char* epi_name,
+                      const float* h_row_scale = nullptr) {
+  const int ldx = K + 8, ldw = N + 8, ldo = N + 8, ldwt = K + 8;
+  auto launch = [&](const T* X, const T* W0, const T*, TO* out) {
+    return gemv_kmajor_launch<T, TO, MT, 1, 8, 4, 8, Epi>(X, ldx, W0, ldwt, out, ldo, M, N, K,
+                                                          splits, 0, epi);
+  };
+  char name[200];
+  snprintf(name, sizeof name, "gemv_kmajor.%s_m%d_n%d_k%d_mt%d_splits%d_%s_%s", tname<T>(), M, N, K,
+           MT, splits, tname<TO>(), epi_name);
+  check_gemv<T, TO, 1, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, 2, ldwt);
+}
+
+// The K-major register GEMV: every cluster size, N of any residue (scalar stores), K not a
+// multiple of a k-step, M from 1 to 32, bf16 and f16, f32 output, epilogue coordinates and the
+// fused rms_norm (row sums across a cluster); launches that break the preconditions are refused.
+static void test_gemv_kmajor_all(const cudaDeviceProp& prop) {
+  if (!device_has_wgmma(prop)) {
+    printf("SKIP gemv_kmajor (clusters need an sm_90 device and a build for sm_90a)\n");
+    return;
+  }
+  using H = __half;
+  using BF = __nv_bfloat16;
+  const GemvIdentity id;
+  for (int s = 1; s <= 8; ++s) test_gemv_kmajor<BF, BF, 1>(1, 1001, 4104, s, id, "id");
+  test_gemv_kmajor<H, H, 1>(8, 3072, 1024, 1, id, "id");
+  test_gemv_kmajor<H, H, 2>(13, 777, 2000, 3, id, "id");
+  test_gemv_kmajor<BF, float, 4>(32, 515, 4096, 8, id, "id");
+  test_gemv_kmajor<H, H, 4>(27, 40, 8200, 7, id, "id");  // 8200 = 256 k-steps + 8
+  test_gemv_kmajor<BF, BF, 1>(5, 17, 264, 8, id, "id");  // empty k-ranges
+  std::vector<float> scale(32);
+  for (auto& v : scale) v = g_rng.range(0.5f, 2.0f);
+  DBuf<float> dscale(32);
+  dscale.upload(scale);
+  test_gemv_kmajor<H, float, 2>(11, 203, 1024, 2, GemvEpiCoords{dscale.p}, "coords", scale.data());
+  test_gemv_kmajor<BF, BF, 4>(27, 777, 4104, 4, GemvRmsNorm{1.0f / 4104, 1e-6f}, "rmsnorm");
+  test_gemv_kmajor<H, H, 1>(3, 1024, 2048, 1, GemvRmsNorm{1.0f / 2048, 1e-6f}, "rmsnorm");
+  {
+    DBuf<H> x(64 * 1032), w(1032 * 64), o(64 * 64);
+    const cudaError_t e9 = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
+        x.p, 1032, w.p, 1032, o.p, 64, 8, 64, 1024, 9, 0, id);
+    const cudaError_t eld = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
+        x.p, 1028, w.p, 1032, o.p, 64, 8, 64, 1024, 1, 0, id);
+    const cudaError_t em = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
+        x.p, 1032, w.p, 1032, o.p, 64, 9, 64, 1024, 1, 0, id);
+    const cudaError_t ek = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
+        x.p, 1032, w.p, 1032, o.p, 64, 8, 64, 1020, 1, 0, id);
+    CK(cudaGetLastError());
+    report("gemv_kmajor.refuses_bad_launches",
+           e9 == cudaErrorInvalidValue && eld == cudaErrorInvalidValue &&
+               em == cudaErrorInvalidValue && ek == cudaErrorInvalidValue,
+           "splits 9: %d, ldx 1028: %d, M 9 > 8 MT: %d, K 1020: %d", int(e9), int(eld), int(em),
+           int(ek));
+  }
+}
+
 // ---- Timing ------------------------------------------------------------------------------------
 
 #include "gpu_timing.h"
@@ -1538,6 +1599,7 @@ int main() {
   test_gemv_cluster(prop);
   stage("gemv_tma");
   test_gemv_tma_all(prop);
+  test_gemv_kmajor_all(prop);
   if (!getenv("KILN_SKIP_TIMING")) {
     stage("timing", 120);
     timing(prop);

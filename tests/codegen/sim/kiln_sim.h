@@ -811,6 +811,22 @@ inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T
   return cudaSuccess;
 }
 
+// The K-major register GEMV: W given as W^T [N][K] (ldw its row stride); the preconditions of
+// gemv_kmajor_supported (runtime/gemv_kmajor.cuh) are checked as the GPU launcher checks them.
+template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi>
+inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, int64_t ldw, TO* out,
+                                      int64_t ldo, int M, int N, int K, int splits, cudaStream_t,
+                                      Epi epi) {
+  if (M < 1 || M > 8 * MT) kiln_sim::fail("gemv_kmajor: M outside 1..8 MT");
+  if (K % 8 != 0 || ldx % 8 != 0 || ldw % 8 != 0 || ldx < K || ldw < K)
+    kiln_sim::fail("gemv_kmajor: K, ldx, ldw must be multiples of 8, at least K");
+  if (splits < 1 || splits > CL || CL > 8) kiln_sim::fail("gemv_kmajor: splits outside 1..CL");
+  if ((reinterpret_cast<uintptr_t>(X) & 15) || (reinterpret_cast<uintptr_t>(W) & 15))
+    kiln_sim::fail("gemv_kmajor: X, W not 16-byte aligned");
+  gemv_ref(X, ldx, W, 1, ldw, out, ldo, M, N, K, epi);
+  return cudaSuccess;
+}
+
 // KB: B0 is given as B^T [N][K] (ldb its row stride); CLUSTER and PP (ping-pong) change only how
 // the GPU kernel is scheduled.
 template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1), bool KB = false,

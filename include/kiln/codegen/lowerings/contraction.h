@@ -37,7 +37,8 @@ struct ContractionPlan {
   bool b_kmajor = false;  // the B_j are given as B_j^T [N, K] (every one of them)
   // The epilogue reads `rs`, the row's sum of squares of A over K (a block graph that sums
   // square(A) beside the matmul: rms_norm(X) W with the scaling deferred to the epilogue). Only
-  // the TMA GEMV provides it (its rows warp, Epi::kRowSumSq).
+  // the GEMVs provide it (Epi::kRowSumSq: the TMA GEMV's rows warp, the K-major register GEMV's
+  // X loads).
   bool row_sumsq = false;
   int64_t m = 0, n = 0, k = 0;
   DType ab = DType::F16;   // operand dtype (f16 or bf16)
@@ -49,12 +50,16 @@ struct ContractionPlan {
   // Set for M <= 32: the contraction runs as the TMA-streamed GEMV (weights read once, at copy
   // speed) instead of the 128 x 128 tiled GEMM.
   std::optional<GemvTmaShape> gemv;
+  // Set instead for M <= 32 and one weight read K-major where gemv_tma_shape gives none (weights
+  // under 8 MB in few blocks, N not a multiple of 8): the K-major register GEMV
+  // (runtime/gemv_kmajor.cuh), with the same epilogue functor.
+  std::optional<GemvKmajorShape> gemv_kmajor;
 };
 
 // The plan when bg is such a contraction and the target can run it (sm_90a; A and B f16 or bf16
-// of one type; K and N multiples of 8 for TMA; either M, N at least 128, so the 128 x 128 tiles
-// are not mostly padding, or M at most 32 where gemv_tma_shape gives a configuration), else
-// nullopt.
+// of one type; K a multiple of 8; either M, N at least 128 and N a multiple of 8, so the 128 x 128
+// tiles are not mostly padding, or M at most 32 where gemv_tma_shape gives a configuration or
+// one weight is read K-major), else nullopt.
 std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t);
 
 // The lowering: the contraction as the runtime's wgmma GEMM, or at decode rows (c.gemv) as the

@@ -20,9 +20,20 @@ struct GemvTmaShape {
 };
 // The configuration for Y[M, N] = epi(X[M, K] W_j[K, N]) with nw (1 or 2) weights on target t,
 // or nullopt where the planner keeps another kernel (not sm_90a, M > 32, weights under 8 MB, more
-// than 256 columns per SM, or shapes the TMA boxes cannot take).
-std::optional<GemvTmaShape> gemv_tma_shape(int64_t m, int64_t n, int64_t k, int nw,
-                                           const Target& t);
+// than 256 columns per SM, or shapes the TMA boxes cannot take). `kmajor`: the weights are read
+// K-major (W_j^T [N, K]); then weights under 8 MB qualify while each block streams <= 192 KB.
+std::optional<GemvTmaShape> gemv_tma_shape(int64_t m, int64_t n, int64_t k, int nw, const Target& t,
+                                           bool kmajor = false);
+
+// The K-major register GEMV's configuration (runtime/gemv_kmajor.cuh): Y[M, N] = epi(X W^T) with W
+// stored [N, K], 8 warps x unroll 4 per block of 16 columns, k split over a cluster of `splits`.
+struct GemvKmajorShape {
+  int64_t mt = 1;           // m-tiles of 8 rows (1, 2 or 4)
+  int64_t splits = 1;       // CTAs per cluster along K (1 off sm_90a)
+  int64_t max_cluster = 1;  // the kernel's CL: 8 on sm_90a (the shared slots it sizes), else 1
+  int64_t grid = 0;         // ceil(N / 16) * splits
+};
+GemvKmajorShape gemv_kmajor_shape(int64_t m, int64_t n, int64_t k, const Target& t);
 
 struct GemvKernel {
   // The register-streamed GEMV: warps along N (64 columns each) and K per block, __launch_bounds__
@@ -32,8 +43,11 @@ struct GemvKernel {
   // Set where the matmul runs as the TMA-streamed GEMV instead (the fields above do not apply).
   std::optional<GemvTmaShape> tma;
   bool rms = false;  // A = rms_norm(X) is done here (KernelPlan::prologue_op)
-  // B = W^T of an [N, K] tensor W read K-major in place (TMA GEMV only; KernelPlan::view_op).
+  // B = W^T of an [N, K] tensor W read K-major in place (KernelPlan::view_op): by the TMA GEMV
+  // where `tma` is set, else by the K-major register GEMV (`kmajor`; the fields above do not
+  // apply).
   bool b_kmajor = false;
+  std::optional<GemvKmajorShape> kmajor;
   int64_t rows = 0;  // M, or M times the batch folded into one GEMV (folded_rows)
   KILN_LOWERING(GemvKernel);
 };
