@@ -112,6 +112,27 @@ void add_split_round_trip(KernelCost& c, const CostConstants& k) {
 // (docs/runtime.md: 4096^3 one weight 699 TFLOP/s, two weights 711 TFLOP/s with the persistent
 // kernel, at 0.97 wave efficiency: about the target's 690 TFLOP/s rate). `inputs` are the tensors
 // that p's input indices refer to.
+// Modeled as the predefined GEMV: a weight stream at the GEMV's efficiency over the SMs the grid
+// covers; A re-read through L2 by every 16-column block (at M = 32 that is twice the weight's
+// bytes); a cluster's k-splits add one round trip.
+KernelCost gemv_kmajor_cost(KernelCost c, double a_bytes, int64_t m, int64_t n, int64_t k,
+                            const GemvKmajorShape& v, const Target& t) {
+  const CostConstants& kc = cost_constants(t.arch);
+  c.blocks = v.grid;
+  c.blocks_per_sm = 1;
+  c.waves = 1;
+  c.iterations = std::max<int64_t>(1, k / (256 * v.splits));
+  c.pipeline_stages = 1;
+  c.round_trips = 1;
+  c.l2_bytes = a_bytes * double((n + 15) / 16);
+  c.tc_flops = 2.0 * double(pad(m, 8)) * double(pad(n, 16)) * double(k);
+  double dram_u, comp_u;
+  grid_utilization(double(v.grid), t, kc.gemv_efficiency, kc.dram_saturation, dram_u, comp_u);
+  finish_times(c, t, kc, dram_u, comp_u);
+  if (v.splits > 1) add_split_round_trip(c, kc);
+  return c;
+}
+
 KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
                             const std::vector<TensorDesc>& inputs, const Target& t) {
   const CostConstants& k = cost_constants(t.arch);
@@ -151,22 +172,8 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
     if (v->splits > 1) add_split_round_trip(c, k);
     return c;
   }
-  if (const std::optional<GemvKmajorShape>& v = p.gemv_kmajor) {
-    // M <= 32, one K-major weight: the register GEMV, modeled as the predefined one (a weight
-    // stream at the GEMV's efficiency; each 16-column block reads all of A through L2; a
-    // cluster's k-splits add one round trip).
-    c.blocks = v->grid;
-    c.waves = 1;
-    c.iterations = std::max<int64_t>(1, p.k / (256 * v->splits));
-    c.pipeline_stages = 1;
-    c.l2_bytes = bytes(p.a) * double((p.n + 15) / 16);
-    c.tc_flops = 2.0 * double(pad(p.m, 8)) * double(pad(p.n, 16)) * double(p.k);
-    double dram_u, comp_u;
-    grid_utilization(double(v->grid), t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);
-    finish_times(c, t, k, dram_u, comp_u);
-    if (v->splits > 1) add_split_round_trip(c, k);
-    return c;
-  }
+  if (const std::optional<GemvKmajorShape>& v = p.gemv_kmajor)
+    return gemv_kmajor_cost(c, bytes(p.a), p.m, p.n, p.k, *v, t);
   c.tc_flops = 2.0 * nb * double(pad(p.m, 128)) * double(pad(p.n, 128)) * double(pad(p.k, 64));
   double wave_u = double(c.blocks) / double(c.waves * t.sm_count);
   finish_times(c, t, k, 1.0, wave_u);

@@ -28,6 +28,11 @@ void grid_utilization(double blocks, const Target& t, double e, double saturatio
                       double& comp_u);
 // A split-K kernel's last pass: one more dependent DRAM round trip.
 void add_split_round_trip(KernelCost& c, const CostConstants& k);
+// The K-major register GEMV (runtime/gemv_kmajor.cuh) of an [m, k] A by an [n, k] weight with
+// shape v: c arrives with its name and DRAM bytes set; a_bytes is A's size, which every 16-column
+// block reads through L2. Shared by the predefined GEMV and the decode contraction.
+KernelCost gemv_kmajor_cost(KernelCost c, double a_bytes, int64_t m, int64_t n, int64_t k,
+                            const GemvKmajorShape& v, const Target& t);
 // The runtime's wgmma GEMM (or, with p.gemv, the TMA GEMV) running contraction p; `inputs` are
 // the tensors p's input indices refer to.
 KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,

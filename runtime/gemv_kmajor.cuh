@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   }
 
   if (clustered) {
+    __syncwarp();    // reconverged after the row sums' branch: the wait is .aligned
     cluster_wait();  // every CTA of the cluster has started: its shared memory may be written
     if (rank > 0 && warp == 0) {
 #pragma unroll
@@ -204,6 +205,7 @@ __global__ void __launch_bounds__(32 * WARPS)
       else
         srows[threadIdx.x] = row;
     }
+    __syncwarp();      // the .aligned arrive below after the branches above, by the whole warp
     cluster_arrive();  // release: the stores above before ...
     cluster_wait();    // ... the leader's reads below (acquire)
     if (rank > 0) return;

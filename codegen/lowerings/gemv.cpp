@@ -114,9 +114,13 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
   // B = transpose(W) of an [N, K] W (nn.Linear's layout) is read K-major in place, by the TMA GEMV
   // or the K-major register GEMV: any N, K a multiple of 8 (both load 16-byte runs of a row). The
   // transpose would otherwise rewrite the whole weight before every call.
+  // Off sm_90a the register kernel has no clusters to split K over: where its 16-column blocks
+  // would leave most SMs idle (N = 16 by K = 16384 is one block), the transpose kernel and the
+  // [K, N] register GEMV with its workspace split-K stay.
   const int tr = kmajor_b_source(ctx, op);
   const bool kmajor = tr >= 0 && !ctx.is_const(op.inputs[0]) && s.a.dtype == s.b.dtype &&
-                      s.a.dtype != DType::F32 && K % 8 == 0;
+                      s.a.dtype != DType::F32 && K % 8 == 0 &&
+                      (t.arch == Arch::Sm90a || 2 * cdiv(N, 16) >= t.sm_count);
   if (!kmajor &&
       (!tensor_core_operands(ctx, op, s) || K % 4 != 0 || (N * dtype_bytes(s.out.dtype)) % 16 != 0))
     return std::nullopt;
@@ -215,6 +219,14 @@ std::string GemvKernel::describe() const {
 // as a lowered decode contraction) saturates DRAM from fewer SMs than the other kernels.
 KernelCost GemvKernel::cost(const CostContext& x) const {
   const CostConstants& k = cost_constants(x.t.arch);
+  if (const std::optional<GemvKmajorShape>& v = kmajor) {
+    // The same model as the K-major contraction (cost::gemv_kmajor_cost), with this op's bytes.
+    KernelCost c = predefined_kernel_cost(x, k.gemv_efficiency, k.dram_saturation);
+    const TensorDesc& a = x.g.tensor(rms ? x.g.ops[x.kp.prologue_op].inputs[0] : x.op.inputs[0]);
+    const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
+    return cost::gemv_kmajor_cost(c, double(numel(a.shape)) * dtype_bytes(a.dtype), rows,
+                                  o.shape.back(), a.shape.back(), *v, x.t);
+  }
   return predefined_kernel_cost(x, k.gemv_efficiency,
                                 tma ? k.gemv_tma_saturation : k.dram_saturation);
 }

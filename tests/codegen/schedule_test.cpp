@@ -523,6 +523,11 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
   EXPECT_TRUE(few.kernels[0].as<FusedIntoKernel>());
   ASSERT_TRUE(few.kernels[1].as<GemvKernel>());
   ASSERT_TRUE(few.kernels[1].as<GemvKernel>()->kmajor.has_value());
+  // Off sm_90a (no clusters) a weight of few 16-column blocks keeps its transpose kernel and the
+  // split-K [K, N] GEMV: one block would stream N16 x K16384 alone.
+  const Schedule thin =
+      plan_schedule(graph(8, 16, 16384, Arch::Sm80, false, false), target_for(Arch::Sm80));
+  EXPECT_FALSE(thin.kernels[0].as<FusedIntoKernel>());
   const std::string cu4 = emit_cuda(g4);  // W [512, 4096] as W^T, row stride K; 8 splits
   EXPECT_NE(cu4.find("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, 1, 8, 4, 8, "
                      "kiln::rt::GemvIdentity>(t0, 4096, t1, 4096, "),
