@@ -329,5 +329,54 @@ TEST(Contraction, DeferredRmsNormRunsOnTheGemvRowSums) {
   EXPECT_NE(cu.find("rs"), std::string::npos);
 }
 
+// The same deferred rms_norm with a K-major weight the TMA GEMV does not take (N = 1020): the
+// K-major register GEMV provides `rs` (its X loads), and the simulated result matches the spec's
+// rms_norm(X) · W^T.
+TEST(Contraction, DeferredRmsNormOnTheKmajorRegisterGemv) {
+  const int64_t m = 7, k = 1024, n = 1020;
+  std::vector<TensorDesc> ins = {{"X", {m, k}, DType::BF16}, {"W", {n, k}, DType::BF16}};
+  BlockGraphBuilder b({n / 60}, 128, {k / 64}, ins);
+  int x = b.input(0, {-1}, {1});
+  int w = b.input(1, {0}, {1});
+  Attrs sd;
+  sd.dim = 1;
+  sd.keepdim = true;
+  int ss = b.op(OpKind::AccumSum, {b.op(OpKind::Sum, {b.op(OpKind::Square, {x})}, sd)});
+  int acc = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, b.op(OpKind::Transpose, {w})})});
+  Attrs c;
+  c.value = 1.0 / double(k);
+  Attrs ce;
+  ce.value = 1e-5;
+  int mean = b.op(OpKind::Add, {b.op(OpKind::Mul, {ss, b.op(OpKind::Constant, {}, c)}),
+                                b.op(OpKind::Constant, {}, ce)});
+  int o = b.op(OpKind::Div, {acc, b.op(OpKind::Sqrt, {mean})});
+  b.output(o, {1}, {-1}, DType::BF16, "O");
+  auto bg = std::make_shared<const BlockGraph>(std::move(b).finish(target_for(Arch::Sm90a)));
+  auto p = match_contraction(*bg, target_for(Arch::Sm90a));
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->row_sumsq);
+  EXPECT_TRUE(p->b_kmajor);
+  ASSERT_TRUE(p->gemv_kmajor);
+
+  KernelGraphBuilder kb("rmsk", "", Arch::Sm90a);
+  int gx = kb.input("X", {m, k}, DType::BF16);
+  int gw = kb.input("W", {n, k}, DType::BF16);
+  kb.output(kb.graph_defined(bg, {gx, gw}, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  EXPECT_NE(emit_cuda(g).find("static constexpr bool kRowSumSq = true;"), std::string::npos);
+
+  KernelGraphBuilder sb("rmsk", "", Arch::Sm90a);
+  int sx = sb.input("X", {m, k}, DType::BF16);
+  int sw = sb.input("W", {n, k}, DType::BF16);
+  Attrs e;
+  e.eps = 1e-5;
+  sb.output(sb.op(OpKind::MatMul,
+                  {sb.op(OpKind::RmsNorm, {sx}, e, "N"), sb.op(OpKind::Transpose, {sw}, {}, "Wt")},
+                  {}, "O"));
+  EXPECT_EQ(testing::check_in_simulator(g, std::move(sb).finish(), 3, "kmajor_rms", Arch::Sm90a,
+                                        Precision::F64, /*lowerings=*/true),
+            "");
+}
+
 }  // namespace
 }  // namespace kiln
