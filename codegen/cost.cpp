@@ -121,7 +121,7 @@ KernelCost gemv_kmajor_cost(KernelCost c, double a_bytes, int64_t m, int64_t n, 
   c.blocks = v.grid;
   c.blocks_per_sm = 1;
   c.waves = 1;
-  c.iterations = std::max<int64_t>(1, k / (256 * v.splits));
+  c.iterations = std::max<int64_t>(1, k / (32 * GemvKmajorShape::kWarps * v.splits));
   c.pipeline_stages = 1;
   c.round_trips = 1;
   c.l2_bytes = a_bytes * double((n + 15) / 16);

@@ -187,12 +187,6 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
   // an nn.Linear weight's unwritten transpose held 117 MB of linear_act_m16's workspace.)
   const std::set<int> is_input(g.inputs.begin(), g.inputs.end());
   std::vector<bool> unstored(nt, false);
-  for (int id = 0; id < nt; ++id) {
-    if (is_input.count(id) || ctx.is_output.count(id)) continue;
-    if (g.producer(id) < 0) continue;
-    if (ctx.is_const(id) && !ctx.need_store[id]) continue;
-    s.tensor_offset[id] = 0;  // to be allocated below
-  }
 
   int64_t block_scratch = 0;
   for (size_t k = 0; k < g.ops.size(); ++k) {
@@ -224,8 +218,10 @@ Schedule plan_schedule(const KernelGraph& g, const Target& t, const PlanOptions&
     s.kernels.push_back(std::move(kp));
   }
   for (int id = 0; id < nt; ++id) {
-    if (s.tensor_offset[id] < 0) continue;
-    s.tensor_offset[id] = unstored[id] ? -1 : alloc(tensor_bytes(g.tensor(id)));
+    if (is_input.count(id) || ctx.is_output.count(id) || g.producer(id) < 0 || unstored[id])
+      continue;
+    if (ctx.is_const(id) && !ctx.need_store[id]) continue;
+    s.tensor_offset[id] = alloc(tensor_bytes(g.tensor(id)));
   }
   for (KernelPlan& kp : s.kernels)
     if (kp.scratch_bytes > 0) kp.scratch_offset = alloc(kp.scratch_bytes);

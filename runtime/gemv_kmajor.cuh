@@ -55,12 +55,12 @@ KILN_DEV uint4 ld_ro_128(const void* p) {
 // Sum of the squares of the 8 16-bit values in v.
 template <typename T>
 KILN_DEV float sumsq8(uint4 v) {
-  const T* e = reinterpret_cast<const T*>(&v);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   float s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float f = to_f32(e[i]);
-    s = fmaf(f, f, s);
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = unpack2<T>(w[i]);
+    s = fmaf(f.x, f.x, fmaf(f.y, f.y, s));
   }
   return s;
 }
@@ -153,17 +153,14 @@ __global__ void __launch_bounds__(32 * WARPS)
       for (int s = 0; s < NS; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const FragC& c = acc[s][mt];
-          red[((warp - 1) * kTiles + s * MT + mt) * 32 + lane] =
-              make_float4(c.x[0], c.x[1], c.x[2], c.x[3]);
+          red[((warp - 1) * kTiles + s * MT + mt) * 32 + lane] = acc[s][mt].as_float4();
         }
     }
   }
   if constexpr (kRows) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      sq[mt] += __shfl_xor_sync(0xffffffffu, sq[mt], 1);
-      sq[mt] += __shfl_xor_sync(0xffffffffu, sq[mt], 2);
+      sq[mt] = warp_sum<4>(sq[mt]);  // over the quad's k
       if (t == 0) srow[warp * MT * 8 + mt * 8 + g] = sq[mt];
     }
   }
@@ -173,11 +170,8 @@ __global__ void __launch_bounds__(32 * WARPS)
 #pragma unroll
       for (int s = 0; s < NS; ++s)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const float4 v = red[((w - 1) * kTiles + s * MT + mt) * 32 + lane];
-          FragC& c = acc[s][mt];
-          c.x[0] += v.x, c.x[1] += v.y, c.x[2] += v.z, c.x[3] += v.w;
-        }
+        for (int mt = 0; mt < MT; ++mt)
+          acc[s][mt].add(red[((w - 1) * kTiles + s * MT + mt) * 32 + lane]);
   }
   float row = 0.0f;  // thread tid < 8 MT: sum over this CTA's k-range of X[tid][k]^2
   if constexpr (kRows) {
@@ -192,12 +186,10 @@ __global__ void __launch_bounds__(32 * WARPS)
 #pragma unroll
       for (int s = 0; s < NS; ++s)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const FragC& c = acc[s][mt];
-          const uint32_t dst =
-              dsmem_map(smem_u32(slots + ((rank - 1) * kTiles + s * MT + mt) * 32 + lane), 0);
-          dsmem_store(dst, make_float4(c.x[0], c.x[1], c.x[2], c.x[3]));
-        }
+        for (int mt = 0; mt < MT; ++mt)
+          dsmem_store(
+              dsmem_map(smem_u32(slots + ((rank - 1) * kTiles + s * MT + mt) * 32 + lane), 0),
+              acc[s][mt].as_float4());
     }
     if (kRows && threadIdx.x < MT * 8) {
       if (rank > 0)
@@ -214,11 +206,8 @@ __global__ void __launch_bounds__(32 * WARPS)
 #pragma unroll
         for (int s = 0; s < NS; ++s)
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const float4 v = slots[((r - 1) * kTiles + s * MT + mt) * 32 + lane];
-            FragC& c = acc[s][mt];
-            c.x[0] += v.x, c.x[1] += v.y, c.x[2] += v.z, c.x[3] += v.w;
-          }
+          for (int mt = 0; mt < MT; ++mt)
+            acc[s][mt].add(slots[((r - 1) * kTiles + s * MT + mt) * 32 + lane]);
     }
     if (kRows && threadIdx.x < MT * 8) {
       row = 0.0f;
@@ -237,7 +226,8 @@ __global__ void __launch_bounds__(32 * WARPS)
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int n = n0 + 16 * s + g + 8 * (i >> 1), m = 8 * mt + 2 * t + (i & 1);
+        // acc holds Y^T: the fragment's row is the column n, its column the row m.
+        const int n = n0 + 16 * s + fragc_row(lane, i), m = 8 * mt + fragc_col(lane, i);
         if (n < N && m < M)
           out[static_cast<int64_t>(m) * ldo + n] =
               from_f32<TO>(epi(acc[s][mt].x[i], 0.0f, m, n, kRows ? srow[m] : 0.0f));

@@ -40,6 +40,9 @@ struct FragB {
 struct FragC {
   float x[4];
   KILN_DEV void zero() { x[0] = x[1] = x[2] = x[3] = 0.0f; }
+  // As one 16-byte value (a partial sum moved through shared memory), and adding one back.
+  KILN_DEV float4 as_float4() const { return make_float4(x[0], x[1], x[2], x[3]); }
+  KILN_DEV void add(const float4& v) { x[0] += v.x, x[1] += v.y, x[2] += v.z, x[3] += v.w; }
 };
 
 // Row and column within the 16 x 8 tile of accumulator element i (0..3) held by `lane`.

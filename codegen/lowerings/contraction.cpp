@@ -292,7 +292,7 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
     // Decode rows, one K-major weight: the K-major register GEMV (runtime/gemv_kmajor.cuh).
     kp.splits = static_cast<int>(v->splits);
     kp.grid = v->grid;
-    kp.threads = 256;
+    kp.threads = GemvKmajorShape::threads();
     kp.smem = 0;
   } else {
     kp.grid = cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128);
@@ -309,8 +309,8 @@ std::string ContractionKernel::describe() const {
                        plural, c.b_kmajor ? " K-major" : "", v->bn, v->bk, v->stages, v->splits,
                        v->splits > 1 ? "s" : "");
   if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor)
-    return fmt::format("gemv k-major contraction (1 weight, 8 warps x 16 columns, cluster {})",
-                       v->splits);
+    return fmt::format("gemv k-major contraction (1 weight, {} warps x 16 columns, cluster {})",
+                       GemvKmajorShape::kWarps, v->splits);
   return fmt::format("wgmma_ws contraction ({} weight{}{}, 128x128x64 tiles)", c.b.size(), plural,
                      c.b_kmajor ? " K-major" : "");
 }
@@ -380,11 +380,9 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
     return;
   }
   if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor) {
-    L.f("err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, 8, 4, {}, {}>({}, {}, {}, {}, {}, {}, "
-        "{}, {}, {}, {}, stream, {}{{{}}});",
-        ctype(c.ab), ctype(c.out), v->mt, v->max_cluster, epi, x.ptr(op.inputs[c.a]), c.k,
-        x.ptr(op.inputs[c.b[0]]), c.k, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, v->splits, epi,
-        fmt::join(epi_args, ", "));
+    L.line(gemv_kmajor_launch_call(*v, ctype(c.ab), ctype(c.out), epi, x.ptr(op.inputs[c.a]),
+                                   x.ptr(op.inputs[c.b[0]]), x.ptr(op.outputs[0]), c.m, c.n, c.k,
+                                   fmt::format("{}{{{}}}", epi, fmt::join(epi_args, ", "))));
     L.line("if (err != cudaSuccess) return err;");
     L.close();
     return;

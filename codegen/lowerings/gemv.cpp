@@ -102,6 +102,17 @@ GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target&
   return c;
 }
 
+std::string gemv_kmajor_launch_call(const GemvKmajorShape& c, const char* ta, const char* to,
+                                    const std::string& epi_type, const std::string& x,
+                                    const std::string& w, const std::string& out, int64_t m,
+                                    int64_t n, int64_t k, const std::string& epi) {
+  return fmt::format(
+      "err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, "
+      "{}, {}, {}, {}, stream, {});",
+      ta, to, c.mt, GemvKmajorShape::kWarps, GemvKmajorShape::kUnroll, c.max_cluster, epi_type, x,
+      k, w, k, out, n, m, n, k, c.splits, epi);
+}
+
 std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
   const KernelGraph& g = ctx.g;
   const KernelOp& op = g.ops[k];
@@ -194,7 +205,7 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
       p.kmajor = c;
       p.cluster = false;
       kp.splits = static_cast<int>(c.splits);
-      kp.threads = 256;
+      kp.threads = GemvKmajorShape::threads();
       kp.smem = 0;
       kp.grid = c.grid;
     }
@@ -207,10 +218,10 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
 }
 
 std::string GemvKernel::describe() const {
-  std::string s = tma ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages)
-                  : kmajor
-                      ? fmt::format("gemv k-major 8 warps x 16 columns, cluster {}", kmajor->splits)
-                      : std::string("gemv");
+  std::string s = tma      ? fmt::format("gemv tma {}x{} s{}", tma->bn, tma->bk, tma->stages)
+                  : kmajor ? fmt::format("gemv k-major {} warps x 16 columns, cluster {}",
+                                         GemvKmajorShape::kWarps, kmajor->splits)
+                           : std::string("gemv");
   if (b_kmajor) s += ", W read K-major in place";
   return rms ? s + " rms_norm" : s;
 }
@@ -259,11 +270,10 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
         rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", b_kmajor ? ", true" : "");
     L.f("err = kiln::rt::gemv_tma_launch<{}>({}, stream, {});", tma_targs, operands, epi);
   } else if (const std::optional<GemvKmajorShape>& c = kmajor) {
-    // The K-major register GEMV: W [N, K], row stride K; clusters of up to 8 on sm_90a.
-    L.f("err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, 8, 4, {}, {}>({}, {}, {}, {}, {}, {}, "
-        "{}, {}, {}, {}, stream, {});",
-        m.TA, m.TO, c->mt, c->max_cluster, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity",
-        x.ptr(a_in), m.K, x.ptr(b), m.K, x.ptr(op.outputs[0]), m.N, rows, m.N, m.K, c->splits, epi);
+    // The K-major register GEMV: W [N, K], row stride K.
+    L.line(gemv_kmajor_launch_call(
+        *c, m.TA, m.TO, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in),
+        x.ptr(b), x.ptr(op.outputs[0]), rows, m.N, m.K, epi));
   } else if (cluster) {
     L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
   } else {
