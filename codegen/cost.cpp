@@ -78,8 +78,8 @@ void finish_times(KernelCost& c, const Target& t, const CostConstants& k, double
   c.t_launch = t.launch_s;
   c.t_fixed = k.fixed_s;
   std::pair<double, const char*> terms[] = {
-      {c.t_dram, "dram"}, {c.t_lat, "latency"}, {c.t_l2, "l2"},    {c.t_smem, "smem"},
-      {c.t_tc, "tensor"}, {c.t_cuda, "cuda"},   {c.t_iter, "loop"}};
+      {c.t_dram, "dram"}, {c.t_lat, "latency"}, {c.t_l2, "l2"},     {c.t_smem, "smem"},
+      {c.t_tc, "tensor"}, {c.t_cuda, "cuda"},   {c.t_iter, "loop"}, {c.t_chain, "chain"}};
   auto best = *std::max_element(std::begin(terms), std::end(terms),
                                 [](auto& a, auto& b) { return a.first < b.first; });
   c.bound = best.second;
@@ -267,6 +267,46 @@ void count_block_ops(const BlockGraph& bg, const BlockSchedule* plan, const Cost
   }
 }
 
+// The longest dependent chain one warp runs in a block of bg under plan, op after op (the ops of
+// a block run one after another; loop ops once per iteration): a tensor-core matmul's k16 steps
+// per warp (its k extent over the warps that split k); a matmul or reduction on CUDA cores, the
+// fused multiply-adds (adds, maxima) each thread of its lane groups runs in sequence: its outputs
+// per thread times its share of the reduced extent.
+double chain_s(const BlockGraph& bg, const BlockSchedule& plan, const CostConstants& k) {
+  double chain = 0;
+  if (plan.tiles.size() != bg.ops.size()) return chain;  // no tile plans: nothing to follow
+  const double I = double(bg.num_iterations());
+  const int64_t T = bg.block_threads;
+  for (size_t i = 0; i < bg.ops.size(); ++i) {
+    const BlockOp& o = bg.ops[i];
+    const OpClass cls = op_info(o.kind).cls;
+    if (cls != OpClass::Matmul && cls != OpClass::Reduce) continue;
+    const double times = o.stage == Stage::Loop ? I : 1.0;
+    const Shape& in = bg.ops[o.inputs[0]].shape;
+    const TilePlan& tp = plan.tiles[i];
+    if (cls == OpClass::Matmul && tp.mma.use) {
+      const Distribution* d = mma_distribution(plan, static_cast<int>(i));
+      if (!d) continue;
+      const int64_t ks = std::max(1, d->ks), steps = ((in.back() + 15) / 16 + ks - 1) / ks;
+      const double step =
+          tp.mma.a_ldmatrix && tp.mma.b_ldmatrix ? k.mma_step_s : k.mma_gather_step_s;
+      chain += double(steps) * step * times;
+      continue;
+    }
+    const Distribution& d = tp.dist;
+    if (d.kind != DistKind::Group || tp.home == TileHome::Inline) continue;
+    const int64_t g = std::max(1, d.group), lanes = std::max<int64_t>(1, T / g);
+    // The reduced extent: a matmul's k; a reduction's input elements per output.
+    const int64_t red =
+        cls == OpClass::Matmul
+            ? in.back()
+            : std::max<int64_t>(1, numel(in) / std::max<int64_t>(1, numel(o.shape)));
+    const int64_t per_thread = (numel(o.shape) + lanes - 1) / lanes;
+    chain += double(per_thread * ((red + g - 1) / g)) * k.fma_step_s * times;
+  }
+  return chain;
+}
+
 }  // namespace
 
 KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSchedule* plan) {
@@ -299,12 +339,14 @@ KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSche
   // Memory latency (Little's law): a block keeps (stages - 1) pipeline stages of its loop inputs
   // in flight (one stage is being consumed; a ring of one stage overlaps nothing), so its loop
   // needs ceil(stages of the loop / max(1, stages - 1)) dependent DRAM round trips; invariant
-  // inputs ride the first one. Each wave of resident blocks pays its own round trips.
+  // inputs ride the first one. A ring that holds the whole loop (stages of the loop <= stages)
+  // is filled by the prologue at once (block_emit/kernel.cpp): one round trip, all its bytes in
+  // flight. Each wave of resident blocks pays its own round trips.
   c.pipeline_stages = plan ? std::max(1, plan->pipeline_stages) : 1;
   c.coarsen = plan ? std::max(1, plan->coarsen) : 1;
   if (loop_in > 0 && c.iterations > 1) {
     int64_t ring = c.iterations / c.coarsen;
-    int64_t ahead = std::max(1, c.pipeline_stages - 1);
+    int64_t ahead = ring <= c.pipeline_stages ? ring : std::max(1, c.pipeline_stages - 1);
     c.round_trips = (ring + ahead - 1) / ahead;
     c.inflight_bytes = std::max(loop_in * c.coarsen * ahead, invariant_in);
   } else if (loop_in + invariant_in > 0) {
@@ -318,6 +360,10 @@ KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSche
   // latency: the busiest SM runs ceil(B / SMs) blocks' iterations one after another.
   c.t_iter = std::ceil(B / sm) * I *
              (k.iteration_s + k.iteration_warp_s * double(bg.block_threads) / 32.0);
+  // The warps' dependent chains: every block of a wave runs its own at once, so a wave
+  // takes at least its longest chain, however few bytes and flops it has (a [1, 1000] x
+  // [1000, 13] product per iteration is 63 dependent k16 steps in one warp).
+  if (plan) c.t_chain = double(c.waves) * chain_s(bg, *plan, k);
   // The generic kernel's products are mma.sync, slower than the target's wgmma rate.
   finish_times(c, t, k, dram_u, comp_u, k.mma_sync_fraction);
   return c;

@@ -101,6 +101,7 @@ nlohmann::json cost_to_json(const GraphCost& c) {
                   {"t_tensor_us", k.t_tc * 1e6},
                   {"t_cuda_us", k.t_cuda * 1e6},
                   {"t_loop_us", k.t_iter * 1e6},
+                  {"t_chain_us", k.t_chain * 1e6},
                   {"t_fill_us", k.t_fill * 1e6},
                   {"bound", k.bound},
                   {"time_us", k.time * 1e6}});

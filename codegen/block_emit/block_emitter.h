@@ -36,6 +36,11 @@ class BlockEmitter {
   // pre-loop barrier already waited for the invariant copies.
   struct Prologue {
     bool any_inv = false, any_loop = false, pre_waited = false;
+    // The whole loop fits the ring (stages of the loop <= pipeline stages): the prologue issues
+    // every stage, each its own commit group, and the loop only waits (no refill, so a short
+    // loop costs one memory latency, not one per S - 1 stages).
+    bool whole = false;
+    int in_flight = 0;  // ring groups the prologue commits after the invariant group
   };
   // The kernel's comment, shared-memory constant and signature, and its first declarations.
   void open_kernel(Code& out);
@@ -152,8 +157,8 @@ class BlockEmitter {
                                                 const std::vector<std::string>& out_batch,
                                                 const std::string& r, const std::string& c);
 
-  void emit_fma_root(int root, const std::vector<std::string>& ridx, int G, const std::string& valid,
-                     Ctx& cx);
+  void emit_fma_root(int root, const std::vector<std::string>& ridx, int G,
+                     const std::string& valid, Ctx& cx);
 
   // ---- tensor cores --------------------------------------------------------------------------
   struct MmaOperand {

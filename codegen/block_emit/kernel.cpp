@@ -78,18 +78,24 @@ BlockEmitter::Prologue BlockEmitter::emit_prologue() {
   if (p.any_inv) c_->line("kiln::rt::cp_async_commit();");
   const int64_t NCH = bg_.num_iterations() / bs_.coarsen;  // stages of the ring the loop walks
   if (p.any_loop && S >= 2) {
+    p.whole = NCH <= S;
+    p.in_flight = p.whole ? static_cast<int>(NCH) : S - 1;
     c_->line("#pragma unroll");
-    c_->open(fmt::format("for (int s = 0; s < {}; ++s) {{", S - 1));
-    c_->open(fmt::format("if (s < {}) {{", NCH));
-    load_stage("s", "s");
-    c_->close();
+    c_->open(fmt::format("for (int s = 0; s < {}; ++s) {{", p.in_flight));
+    if (p.whole) {
+      load_stage("s", "s");
+    } else {
+      c_->open(fmt::format("if (s < {}) {{", NCH));
+      load_stage("s", "s");
+      c_->close();
+    }
     c_->line("kiln::rt::cp_async_commit();");
     c_->close();
   }
   for (const Step& st : bs_.steps)
     if (st.phase == Phase::Pre) {
       if (st.kind == StepKind::Barrier && !p.pre_waited) {
-        c_->f("kiln::rt::cp_async_wait<{}>();", p.any_loop && S >= 2 ? S - 1 : 0);
+        c_->f("kiln::rt::cp_async_wait<{}>();", p.in_flight);
         p.pre_waited = true;
       }
       emit_step(st);
@@ -100,8 +106,7 @@ BlockEmitter::Prologue BlockEmitter::emit_prologue() {
   for (size_t i = 0; i < bg_.ops.size(); ++i)
     if (tp(i).mma.use && tp(i).mma.a_hoisted) {
       if (!any_hoisted && !p.pre_waited) {
-        c_->f("kiln::rt::cp_async_wait<{}>();  // the invariant tiles",
-              p.any_loop && S >= 2 ? S - 1 : 0);
+        c_->f("kiln::rt::cp_async_wait<{}>();  // the invariant tiles", p.in_flight);
         c_->line("__syncthreads();");
       }
       any_hoisted = true;
@@ -117,8 +122,13 @@ void BlockEmitter::emit_loop(const Prologue& p) {
   const int U = bs_.coarsen;                     // iterations per stage
   const int64_t NCH = bg_.num_iterations() / U;  // stages of the ring the loop walks
   // The loop, one ring stage (U iterations) per trip.
+  if (p.whole) c_->line("#pragma unroll");  // so that each wait's count is a constant
   c_->open(fmt::format("for (int ic = 0; ic < {}; ++ic) {{", NCH));
-  if (p.any_loop && S >= 2) {
+  if (p.whole) {
+    // Stage ic is group ic of the prologue's NCH: wait until at most the later ones are pending.
+    c_->f("kiln::rt::cp_async_wait_n({} - ic);", NCH - 1);
+    c_->line("__syncthreads();");
+  } else if (p.any_loop && S >= 2) {
     c_->f("kiln::rt::cp_async_wait<{}>();", S - 2);
     c_->line("__syncthreads();");
     c_->open("{");

@@ -239,23 +239,31 @@ void BlockEmitter::emit_spill(int a) {
   const TilePlan& t = tp(a);
   const Distribution& d = t.dist;
   c_->f("// spill {} to {}", nm(a), t.spill_global ? "the workspace" : "shared memory");
+  auto store = [&](const std::string& slot_expr, const std::vector<std::string>& idx, Code& body,
+                   bool add) {
+    std::string dst = fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
+    body.f("{} {}= acc_{}{};", dst, add ? "+" : "", nm(a), slot_expr);
+  };
   if (d.kind == DistKind::Mma && d.ks > 1) {
-    // Partial sums of the k-split warps add up in the spill buffer.
-    c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", numel(op(a).shape), T_));
-    std::vector<std::string> idx = unravel(*c_, "o", op(a).shape, "z");
-    c_->f("sp_{}[{}] = 0.0f;", nm(a), offset_expr(idx, t.spill_strides));
-    c_->close();
-    c_->line("__syncthreads();");
+    // The k-split warps' partial sums: warps of k slice r add theirs in round r, one round
+    // after another (a barrier between), each element written by one warp per round. Plain
+    // stores in a fixed order: deterministic, and no compare-and-swap loops (shared-memory
+    // float atomics are CAS loops on sm_90: 22% of a lora kernel's stall samples).
+    for (int r = 0; r < d.ks; ++r) {
+      if (r > 0) c_->line("__syncthreads();");
+      c_->open(fmt::format("if ((tid >> 5) % {} == {}) {{", d.ks, r));  // the warp's k slice
+      run_elements(a, d, -1, true,
+                   [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+                     store(slot, idx, *cx.body, r > 0);
+                   });
+      c_->close();
+    }
+    return;
   }
-  bool atomic = d.kind == DistKind::Mma && d.ks > 1;
-  run_elements(
-      a, d, -1, true, [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
-        std::string dst = fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
-        if (atomic)
-          cx.body->f("atomicAdd(&{}, acc_{}{});", dst, nm(a), slot);
-        else
-          cx.body->f("{} = acc_{}{};", dst, nm(a), slot);
-      });
+  run_elements(a, d, -1, true,
+               [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+                 store(slot, idx, *cx.body, false);
+               });
 }
 
 void BlockEmitter::run_elements(int top, const Distribution& d, int root, bool uses_regs,

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "kiln/codegen/emit.h"
 #include "kiln/codegen/lowerings/contraction.h"
 #include "kiln/ir/json_io.h"
@@ -134,6 +136,38 @@ TEST(Emit, DecodeGemvLaunchesTheTmaGemvOnSm90a) {
   EXPECT_NE(cu20.find("err = kiln::rt::gemv_tma_launch<__nv_bfloat16, __nv_bfloat16, 4, 1, 128, "
                       "128, 4, 1, kiln::rt::GemvIdentity>("),
             std::string::npos);
+}
+
+// A block kernel whose loop fits its cp.async ring issues every stage before the loop and only
+// waits in it (one memory latency for a short loop, not one per S - 1 stages); a longer loop
+// keeps the refilling ring. k-split warps add their partial products in rounds of plain stores,
+// never shared-memory float atomics (compare-and-swap loops on sm_90).
+TEST(Emit, ShortLoopsFillTheRingAtOnceAndKSplitsAddWithoutAtomics) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/examples/";
+  const KernelGraph lora = load_graph_file(dir + "lora.mugraph.json");
+  const kiln::Schedule s = plan_schedule(lora, target_for(Arch::Sm90a));
+  ASSERT_EQ(s.kernels.size(), 1u);
+  const BlockSchedule& b = *s.kernels[0].block;
+  const BlockGraph& bg = b.retiled ? *b.retiled : *lora.ops[0].block;
+  const int64_t stages = bg.num_iterations() / b.coarsen;
+  const std::string cu = emit_cuda(lora);
+  const size_t body = cu.find("// ==== generated kernels");
+  ASSERT_NE(body, std::string::npos);
+  const std::string gen = cu.substr(body);
+  if (stages <= b.pipeline_stages && b.pipeline_stages >= 2) {
+    EXPECT_NE(gen.find(fmt::format("kiln::rt::cp_async_wait_n({} - ic);", stages - 1)),
+              std::string::npos);
+    EXPECT_EQ(gen.find("const int nx = ic +"), std::string::npos);  // no refill
+  }
+  bool ksplit = false;
+  for (const TilePlan& t : b.tiles)
+    ksplit |= t.spill && t.dist.kind == DistKind::Mma && t.dist.ks > 1;
+  EXPECT_TRUE(ksplit) << "the example no longer has a k-split spill; pick another";
+  EXPECT_EQ(gen.find("atomicAdd("), std::string::npos);
+
+  // gated_mlp m4096's loop (many stages) refills its ring.
+  const std::string big = emit_cuda(load_graph_file(dir + "gated_mlp_m4096.mugraph.json"));
+  EXPECT_NE(big.find("const int nx = ic +"), std::string::npos);
 }
 
 TEST(Emit, HarnessEmbedsKernelReferenceAndGenerator) {

@@ -31,6 +31,14 @@ struct CostConstants {
   double l2_capacity = 50e6;     // L2 bytes: larger tensors stream through it
   double l2_miss = 0.33;  // re-reads by other blocks of a tensor larger than L2 that miss (fitted)
   double mma_sync_fraction = 1.0;  // generic block kernels' tensor rate / the target's (wgmma)
+  // One k16 step of a warp's dependent mma.sync chain in a generic block kernel (the step's
+  // fragment loads, then its mma into the same accumulators): operands by ldmatrix / by scalar
+  // gathers (a transposed or unaligned view). Fitted to H100 timings (docs/cost-model.md).
+  double mma_step_s = 0.045e-6;
+  double mma_gather_step_s = 0.07e-6;
+  // One step of a thread's dependent multiply-add (add, max) chain over a reduced extent in a
+  // generic block kernel: its shared-memory loads, conversions and the FMA.
+  double fma_step_s = 0.016e-6;
 };
 const CostConstants& cost_constants(Arch a);
 
@@ -49,8 +57,11 @@ struct KernelCost {
   double tc_flops = 0, cuda_flops = 0;
   // Seconds.
   double t_dram = 0, t_lat = 0, t_l2 = 0, t_smem = 0, t_tc = 0, t_cuda = 0, t_iter = 0;
+  // Generic block kernels: the longest warp's dependent chain of mma.sync k16 steps and CUDA-core
+  // multiply-adds over the whole kernel, per wave: latency no number of blocks hides.
+  double t_chain = 0;
   double t_fill = 0, t_launch = 0, t_fixed = 0, time = 0;
-  std::string bound;  // the largest term: dram, latency, l2, smem, tensor, cuda, loop
+  std::string bound;  // the largest term: dram, latency, l2, smem, tensor, cuda, loop, chain
 };
 
 struct BlockSchedule;

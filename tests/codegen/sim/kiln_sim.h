@@ -632,6 +632,8 @@ template <int N>
 inline void cp_async_wait() {
   retire_groups(N);
 }
+// As the runtime's: n > 7 waits for all but 7.
+inline void cp_async_wait_n(int n) { retire_groups(n > 7 ? 7 : n); }
 inline void cp_async_wait_all() {
   kiln_sim::Fiber& f = kiln_sim::me();
   if (!f.open.empty()) cp_async_commit();
