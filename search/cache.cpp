@@ -21,8 +21,23 @@
 
 namespace kiln::search {
 
+// The running binary's identity: its size and modification time. A rebuilt kiln (another cost
+// model, emitter or search) must not serve what an older build ranked, and KILN_VERSION changes
+// only with releases. Empty where /proc/self/exe cannot be read (the version alone then).
+std::string binary_identity() {
+  static const std::string id = [] {
+    struct stat st;
+    if (::stat("/proc/self/exe", &st) != 0) return std::string();
+    return fmt::format("{}:{}.{}", static_cast<long long>(st.st_size),
+                       static_cast<long long>(st.st_mtim.tv_sec),
+                       static_cast<long long>(st.st_mtim.tv_nsec));
+  }();
+  return id;
+}
+
 std::string cache_key(const KernelGraph& spec, const SearchConfig& config) {
-  return hash_hex(write_mugraph(spec) + "\n" + config.to_json().dump() + "\n" + KILN_VERSION);
+  return hash_hex(write_mugraph(spec) + "\n" + config.to_json().dump() + "\n" + KILN_VERSION +
+                  "\n" + binary_identity());
 }
 
 std::string default_cache_dir() {
