@@ -125,7 +125,7 @@ KernelCost gemv_kmajor_cost(KernelCost c, double a_bytes, int64_t m, int64_t n, 
   c.pipeline_stages = 1;
   c.round_trips = 1;
   c.l2_bytes = a_bytes * double((n + 15) / 16);
-  c.tc_flops = 2.0 * double(pad(m, 8)) * double(pad(n, 16)) * double(k);
+  c.tc_flops = 2.0 * double(v.nw) * double(pad(m, 8)) * double(pad(n, 16)) * double(k);
   double dram_u, comp_u;
   grid_utilization(double(v.grid), t, kc.gemv_efficiency, kc.dram_saturation, dram_u, comp_u);
   finish_times(c, t, kc, dram_u, comp_u);

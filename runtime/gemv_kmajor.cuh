@@ -1,5 +1,6 @@
 // Kiln runtime, gemv_kmajor: the decode GEMV for a weight in PyTorch's nn.Linear layout,
-// Y[M, N] = epi(X[M, K] W^T) with W stored [N, K] (K contiguous) and M <= 32, at any size of W.
+// Y[M, N] = epi(X[M, K] W^T) with W stored [N, K] (K contiguous) and M <= 32, at any size of W;
+// or epi(X W0^T, X W1^T) for two such weights.
 //
 // gemv.cuh streams a [K, N] weight and must transpose pairs of 16-bit values in registers to
 // feed mma; the TMA GEMV (gemv_tma.cuh) reads a [N, K] weight in place but is planned only where
@@ -24,8 +25,12 @@
 // the first remote store (every CTA has started), release-arrive + acquire-wait before the leader
 // reads.
 //
+// Two weights (NW = 2, a gated pair such as SwiGLU's gate and up projections sharing X): the block
+// streams the same NS slabs of both, W0's as slabs 0 .. NS - 1 and W1's as NS .. 2 NS - 1, and the
+// epilogue gets both sums of an output element, epi(y0, y1, m, n, rs).
+//
 // Accumulators (per lane, per slab s and m-tile mt): acc[s][mt].x[h * 2 + e] is the sum for output
-// column n = n0 + 16 s + g + 8 h and batch row m = 8 mt + 2 t + e.
+// column n = n0 + 16 (s mod NS) + g + 8 h and batch row m = 8 mt + 2 t + e, of weight s / NS.
 //
 // Preconditions (gemv_kmajor_supported): M <= 8 MT; K % 8 == 0; X and W 16-byte aligned, ldx % 8
 // == 0, ldw % 8 == 0; 1 <= splits <= CL <= 8, CL > 1 only on sm_90. X and W are read through the
@@ -65,15 +70,18 @@ KILN_DEV float sumsq8(uint4 v) {
   return s;
 }
 
-template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi>
+template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi,
+          int NW = 1>
 __global__ void __launch_bounds__(32 * WARPS)
-    gemv_kmajor_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W, int64_t ldw,
-                       TO* __restrict__ out, int64_t ldo, int M, int N, int K, int k_chunk,
-                       int splits, Epi epi) {
+    gemv_kmajor_kernel(const T* __restrict__ X, int64_t ldx, const T* __restrict__ W,
+                       const T* __restrict__ W1, int64_t ldw, TO* __restrict__ out, int64_t ldo,
+                       int M, int N, int K, int k_chunk, int splits, Epi epi) {
   pdl_entry();  // before any load or store (base.cuh)
   static_assert(CL >= 1 && CL <= 8, "cluster of 1 to 8 CTAs");
   static_assert(WARPS >= 1 && WARPS <= 16, "1 to 16 warps");
-  constexpr int kTiles = NS * MT;
+  static_assert(NW == 1 || NW == 2, "one or two weights");
+  constexpr int kS = NW * NS;  // slabs streamed: NS of each weight
+  constexpr int kTiles = kS * MT;
   constexpr bool kRows = Epi::kRowSumSq;
   __shared__ float4 red[WARPS > 1 ? (WARPS - 1) * kTiles * 32 : 1];
   __shared__ float4 slots[CL > 1 ? (CL - 1) * kTiles * 32 : 1];
@@ -86,24 +94,24 @@ __global__ void __launch_bounds__(32 * WARPS)
   const int n0 = static_cast<int>(blockIdx.x / splits) * 16 * NS;
   const int k_begin = rank * k_chunk, k_end = min_i(K, k_begin + k_chunk);
 
-  FragC acc[NS][MT];
+  FragC acc[kS][MT];
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
+  for (int s = 0; s < kS; ++s)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) acc[s][mt].zero();
   float sq[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) sq[mt] = 0.0f;
 
-  const T* wrow[NS][2];
-  bool wok[NS][2];
+  const T* wrow[kS][2];
+  bool wok[kS][2];
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
+  for (int s = 0; s < kS; ++s)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int n = n0 + 16 * s + g + 8 * h;
+      const int n = n0 + 16 * (s % NS) + g + 8 * h;
       wok[s][h] = n < N;
-      wrow[s][h] = W + static_cast<int64_t>(wok[s][h] ? n : 0) * ldw + 8 * t;
+      wrow[s][h] = (s < NS ? W : W1) + static_cast<int64_t>(wok[s][h] ? n : 0) * ldw + 8 * t;
     }
   const T* xrow[MT];
   bool xok[MT];
@@ -115,14 +123,14 @@ __global__ void __launch_bounds__(32 * WARPS)
   }
   constexpr int kStep = 32 * WARPS;
   for (int kb = k_begin + 32 * warp; kb < k_end; kb += kStep * UNROLL) {
-    uint4 w[UNROLL][NS][2];
+    uint4 w[UNROLL][kS][2];
     uint4 x[UNROLL][MT];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int k = kb + u * kStep;
       const bool k_ok = k + 8 * t < k_end;  // k_end % 8 == 0: all 8 values in range or none
 #pragma unroll
-      for (int s = 0; s < NS; ++s)
+      for (int s = 0; s < kS; ++s)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           w[u][s][h] = (k_ok && wok[s][h]) ? ld_stream_128(wrow[s][h] + k) : make_uint4(0, 0, 0, 0);
@@ -136,7 +144,7 @@ __global__ void __launch_bounds__(32 * WARPS)
       for (int mt = 0; mt < MT; ++mt) {
         const FragB b0{{x[u][mt].x, x[u][mt].y}}, b1{{x[u][mt].z, x[u][mt].w}};
 #pragma unroll
-        for (int s = 0; s < NS; ++s) {
+        for (int s = 0; s < kS; ++s) {
           const uint4& r0 = w[u][s][0];
           const uint4& r1 = w[u][s][1];
           mma_16816<T>(acc[s][mt], FragA{{r0.x, r1.x, r0.y, r1.y}}, b0);
@@ -150,7 +158,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   if constexpr (WARPS > 1) {
     if (warp > 0) {
 #pragma unroll
-      for (int s = 0; s < NS; ++s)
+      for (int s = 0; s < kS; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           red[((warp - 1) * kTiles + s * MT + mt) * 32 + lane] = acc[s][mt].as_float4();
@@ -168,7 +176,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   if (WARPS > 1 && warp == 0) {
     for (int w = 1; w < WARPS; ++w)
 #pragma unroll
-      for (int s = 0; s < NS; ++s)
+      for (int s = 0; s < kS; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
           acc[s][mt].add(red[((w - 1) * kTiles + s * MT + mt) * 32 + lane]);
@@ -184,7 +192,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     cluster_wait();  // every CTA of the cluster has started: its shared memory may be written
     if (rank > 0 && warp == 0) {
 #pragma unroll
-      for (int s = 0; s < NS; ++s)
+      for (int s = 0; s < kS; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
           dsmem_store(
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     if (warp == 0) {
       for (int r = 1; r < splits; ++r)
 #pragma unroll
-        for (int s = 0; s < NS; ++s)
+        for (int s = 0; s < kS; ++s)
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
             acc[s][mt].add(slots[((r - 1) * kTiles + s * MT + mt) * 32 + lane]);
@@ -230,7 +238,8 @@ __global__ void __launch_bounds__(32 * WARPS)
         const int n = n0 + 16 * s + fragc_row(lane, i), m = 8 * mt + fragc_col(lane, i);
         if (n < N && m < M)
           out[static_cast<int64_t>(m) * ldo + n] =
-              from_f32<TO>(epi(acc[s][mt].x[i], 0.0f, m, n, kRows ? srow[m] : 0.0f));
+              from_f32<TO>(epi(acc[s][mt].x[i], NW > 1 ? acc[(NW - 1) * NS + s][mt].x[i] : 0.0f, m,
+                               n, kRows ? srow[m] : 0.0f));
       }
 }
 
@@ -248,17 +257,21 @@ inline bool gemv_kmajor_supported(int M, int N, int K, int mt, int splits, int c
 }
 
 // grid = ceil(N / (16 NS)) * splits CTAs of 32 WARPS threads, in clusters of `splits` along x
-// where splits > 1 (sm_90). Returns cudaErrorInvalidValue where the preconditions fail.
-template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi>
-inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, int64_t ldw, TO* out,
-                                      int64_t ldo, int M, int N, int K, int splits,
+// where splits > 1 (sm_90). W1 (NW = 2: a second [N, K] weight, same ldw) is read only when NW is
+// 2. Returns cudaErrorInvalidValue where the preconditions fail.
+template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi,
+          int NW = 1>
+inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, const T* W1, int64_t ldw,
+                                      TO* out, int64_t ldo, int M, int N, int K, int splits,
                                       cudaStream_t stream, Epi epi) {
   if (!gemv_kmajor_supported(M, N, K, MT, splits, CL, X, ldx, W, ldw)) return cudaErrorInvalidValue;
+  if (NW > 1 && (W1 == nullptr || (reinterpret_cast<uintptr_t>(W1) & 15) != 0))
+    return cudaErrorInvalidValue;
   const int k_chunk = gemv_kmajor_k_chunk(K, splits);
   const int col_blocks = ceil_div(N, 16 * NS);
-  return launch(gemv_kmajor_kernel<T, TO, MT, NS, WARPS, UNROLL, CL, Epi>,
+  return launch(gemv_kmajor_kernel<T, TO, MT, NS, WARPS, UNROLL, CL, Epi, NW>,
                 dim3(static_cast<unsigned>(col_blocks * splits)), dim3(32 * WARPS), 0, stream,
-                splits, X, ldx, W, ldw, out, ldo, M, N, K, k_chunk, splits, epi);
+                splits, X, ldx, W, NW > 1 ? W1 : W, ldw, out, ldo, M, N, K, k_chunk, splits, epi);
 }
 
 #endif  // __CUDACC_RTC__

@@ -65,8 +65,8 @@ class Matcher {
     if (plan.n % 8 == 0 && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
     if (plan.m <= 32)
       plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);
-    if (!plan.gemv && plan.m <= 32 && plan.b_kmajor && plan.b.size() == 1)
-      plan.gemv_kmajor = gemv_kmajor_shape(plan.m, plan.n, plan.k, t_);
+    if (!plan.gemv && plan.m <= 32 && plan.b_kmajor)
+      plan.gemv_kmajor = gemv_kmajor_shape(plan.m, plan.n, plan.k, t_, int64_t(plan.b.size()));
     return plan.gemv.has_value() || plan.gemv_kmajor.has_value();
   }
 
@@ -289,7 +289,7 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
     kp.threads = c->row_sumsq ? 192 : 160;  // + the rows warp
     kp.smem = v->smem;
   } else if (const std::optional<GemvKmajorShape>& v = c->gemv_kmajor) {
-    // Decode rows, one K-major weight: the K-major register GEMV (runtime/gemv_kmajor.cuh).
+    // Decode rows, one or two K-major weights: the K-major register GEMV (gemv_kmajor.cuh).
     kp.splits = static_cast<int>(v->splits);
     kp.grid = v->grid;
     kp.threads = GemvKmajorShape::threads();
@@ -309,8 +309,8 @@ std::string ContractionKernel::describe() const {
                        plural, c.b_kmajor ? " K-major" : "", v->bn, v->bk, v->stages, v->splits,
                        v->splits > 1 ? "s" : "");
   if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor)
-    return fmt::format("gemv k-major contraction (1 weight, {} warps x 16 columns, cluster {})",
-                       GemvKmajorShape::kWarps, v->splits);
+    return fmt::format("gemv k-major contraction ({} weight{}, {} warps x 16 columns, cluster {})",
+                       c.b.size(), plural, GemvKmajorShape::kWarps, v->splits);
   return fmt::format("wgmma_ws contraction ({} weight{}{}, 128x128x64 tiles)", c.b.size(), plural,
                      c.b_kmajor ? " K-major" : "");
 }
@@ -381,7 +381,8 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   }
   if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor) {
     L.line(gemv_kmajor_launch_call(*v, ctype(c.ab), ctype(c.out), epi, x.ptr(op.inputs[c.a]),
-                                   x.ptr(op.inputs[c.b[0]]), x.ptr(op.outputs[0]), c.m, c.n, c.k,
+                                   x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]),
+                                   x.ptr(op.outputs[0]), c.m, c.n, c.k,
                                    fmt::format("{}{{{}}}", epi, fmt::join(epi_args, ", "))));
     L.line("if (err != cudaSuccess) return err;");
     L.close();

@@ -90,8 +90,9 @@ std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int 
 // declines this is within 2% of the best of 4/8 warps, 1/2/4 slabs, unroll 2/4 and 1-8 splits:
 // N512 K4096 8 splits 4.54 us (1 split: 10.19), N777 K4104 M27 4 splits 9.70 (8: 12.56), N1001
 // K1000 4 splits 3.73 (best 3.67); N3072 K1024 none 4.62 (2: 5.00).
-GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target& t) {
+GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target& t, int64_t nw) {
   GemvKmajorShape c;
+  c.nw = nw;
   c.mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   const int64_t cb = cdiv(N, 16);
   auto chunk = [&](int64_t s) { return align_up(cdiv(K, s), 32); };
@@ -104,13 +105,14 @@ GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target&
 
 std::string gemv_kmajor_launch_call(const GemvKmajorShape& c, const char* ta, const char* to,
                                     const std::string& epi_type, const std::string& x,
-                                    const std::string& w, const std::string& out, int64_t m,
-                                    int64_t n, int64_t k, const std::string& epi) {
+                                    const std::string& w, const std::string& w1,
+                                    const std::string& out, int64_t m, int64_t n, int64_t k,
+                                    const std::string& epi) {
   return fmt::format(
-      "err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, {}, {}, {}, {}>({}, {}, {}, {}, {}, {}, "
-      "{}, {}, {}, {}, stream, {});",
-      ta, to, c.mt, GemvKmajorShape::kWarps, GemvKmajorShape::kUnroll, c.max_cluster, epi_type, x,
-      k, w, k, out, n, m, n, k, c.splits, epi);
+      "err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, {}, {}, {}, {}{}>({}, {}, {}, {}, {}, {}, "
+      "{}, {}, {}, {}, {}, stream, {});",
+      ta, to, c.mt, GemvKmajorShape::kWarps, GemvKmajorShape::kUnroll, c.max_cluster, epi_type,
+      c.nw > 1 ? ", 2" : "", x, k, w, c.nw > 1 ? w1 : "nullptr", k, out, n, m, n, k, c.splits, epi);
 }
 
 std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
@@ -273,7 +275,7 @@ void GemvKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) con
     // The K-major register GEMV: W [N, K], row stride K.
     L.line(gemv_kmajor_launch_call(
         *c, m.TA, m.TO, rms ? "kiln::rt::GemvRmsNorm" : "kiln::rt::GemvIdentity", x.ptr(a_in),
-        x.ptr(b), x.ptr(op.outputs[0]), rows, m.N, m.K, epi));
+        x.ptr(b), "", x.ptr(op.outputs[0]), rows, m.N, m.K, epi));
   } else if (cluster) {
     L.f("err = kiln::rt::gemv_cluster_launch<{}>({}, stream, {});", targs, operands, epi);
   } else {

@@ -258,7 +258,7 @@ TEST(Contraction, SmallKmajorWeightsRunAsTheRegisterGemv) {
     EXPECT_EQ(s.kernels[0].grid, (c.n + 15) / 16 * c.splits);
     const std::string cu = emit_cuda(g);
     EXPECT_NE(cu.find(fmt::format("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, "
-                                  "1, 8, 4, 8, Epi_k0_k>(t0, {0}, t1, {0}, ",
+                                  "1, 8, 4, 8, Epi_k0_k>(t0, {0}, t1, nullptr, {0}, ",
                                   c.k)),
               std::string::npos);
 
@@ -276,6 +276,55 @@ TEST(Contraction, SmallKmajorWeightsRunAsTheRegisterGemv) {
                                           Arch::Sm90a, Precision::F32, /*lowerings=*/true),
               "");
   }
+}
+
+// A gated pair of K-major weights under 8 MB, silu(X W0^T) * (X W1^T) with N not a multiple of 8
+// (the TMA GEMV declines): the K-major register GEMV streams both weights side by side, and its
+// result on the CPU simulator matches the spec's.
+TEST(Contraction, SmallKmajorGatedPairRunsAsTheRegisterGemv) {
+  const Target& t = target_for(Arch::Sm90a);
+  const int64_t m = 4, n = 1004, k = 512;
+  std::vector<TensorDesc> ins = {
+      {"X", {m, k}, DType::BF16}, {"W0", {n, k}, DType::BF16}, {"W1", {n, k}, DType::BF16}};
+  BlockGraphBuilder b({n / 4}, 128, {k / 64}, ins);
+  int x = b.input(0, {-1}, {1});
+  auto product = [&](int io) {
+    return b.op(OpKind::AccumSum,
+                {b.op(OpKind::MatMul, {x, b.op(OpKind::Transpose, {b.input(io, {0}, {1})})})});
+  };
+  int a0 = product(1), a1 = product(2);
+  b.output(b.op(OpKind::Mul, {b.op(OpKind::Silu, {a0}), a1}), {1}, {-1}, DType::BF16, "O");
+  auto bg = std::make_shared<const BlockGraph>(std::move(b).finish(t));
+  auto p = match_contraction(*bg, t);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->b.size(), 2u);
+  EXPECT_FALSE(p->gemv);
+  ASSERT_TRUE(p->gemv_kmajor);
+  EXPECT_EQ(p->gemv_kmajor->nw, 2);
+
+  KernelGraphBuilder kb("pair", "", Arch::Sm90a);
+  int kx = kb.input("X", {m, k}, DType::BF16);
+  int w0 = kb.input("W0", {n, k}, DType::BF16);
+  int w1 = kb.input("W1", {n, k}, DType::BF16);
+  kb.output(kb.graph_defined(bg, {kx, w0, w1}, "k")[0]);
+  KernelGraph g = std::move(kb).finish();
+  ASSERT_TRUE(plan_schedule(g, t).kernels[0].as<ContractionKernel>());
+  const std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find(fmt::format("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, 1, "
+                                "8, 4, 8, Epi_k0_k, 2>(t0, {0}, t1, t2, {0}, ",
+                                k)),
+            std::string::npos);
+
+  KernelGraphBuilder sb("pair", "", Arch::Sm90a);
+  int sx = sb.input("X", {m, k}, DType::BF16);
+  int s0 = sb.input("W0", {n, k}, DType::BF16);
+  int s1 = sb.input("W1", {n, k}, DType::BF16);
+  int g0 = sb.op(OpKind::MatMul, {sx, sb.op(OpKind::Transpose, {s0}, {}, "W0t")}, {}, "G");
+  int u = sb.op(OpKind::MatMul, {sx, sb.op(OpKind::Transpose, {s1}, {}, "W1t")}, {}, "U");
+  sb.output(sb.op(OpKind::Mul, {sb.op(OpKind::Silu, {g0}, {}, "S"), u}, {}, "O"));
+  EXPECT_EQ(testing::check_in_simulator(g, std::move(sb).finish(), 5, "kmajor_pair", Arch::Sm90a,
+                                        Precision::F32, /*lowerings=*/true),
+            "");
 }
 
 // rms_norm(X) W with the scaling deferred: O = (X W) / sqrt(mean(X^2) + eps), the sum of squares

@@ -530,7 +530,7 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
   EXPECT_FALSE(thin.kernels[0].as<FusedIntoKernel>());
   const std::string cu4 = emit_cuda(g4);  // W [512, 4096] as W^T, row stride K; 8 splits
   EXPECT_NE(cu4.find("kiln::rt::gemv_kmajor_launch<__nv_bfloat16, __nv_bfloat16, 1, 1, 8, 4, 8, "
-                     "kiln::rt::GemvIdentity>(t0, 4096, t1, 4096, "),
+                     "kiln::rt::GemvIdentity>(t0, 4096, t1, nullptr, 4096, "),
             std::string::npos);
   EXPECT_NE(cu4.find(", 512, 8, 512, 4096, 8, stream, kiln::rt::GemvIdentity());"),
             std::string::npos);

@@ -220,7 +220,7 @@ static void kmajor_cfgs(Bufs& b, Epi epi, std::vector<Result>& res) {
         b, cfg,
         [&](const void* W, cudaStream_t st) {
           return gemv_kmajor_launch<T, T, MT, NS, WARPS, UNROLL, 8, Epi>(
-              static_cast<const T*>(b.X), s.K, static_cast<const T*>(W), s.K,
+              static_cast<const T*>(b.X), s.K, static_cast<const T*>(W), nullptr, s.K,
               static_cast<T*>(b.out), s.N, s.M, s.N, s.K, splits, st, epi);
         },
         res);

@@ -1286,20 +1286,20 @@ static void test_gemv_tma_all(const cudaDeviceProp& prop) {
 
 // ---- gemv_kmajor.cuh ---------------------------------------------------------------------------
 
-// gemv_kmajor_launch (8 warps, unroll 4, clusters of up to 8 CTAs) on W^T [N][K + 8], with
-// `splits` CTAs per cluster (empty k-ranges included).
-template <typename T, typename TO, int MT, class Epi>
+// gemv_kmajor_launch (8 warps, unroll 4, clusters of up to 8 CTAs) on W^T [N][K + 8] (NW = 2: a
+// second such weight, epi(y0, y1)), with `splits` CTAs per cluster (empty k-ranges included).
+template <typename T, typename TO, int MT, class Epi, int NW = 1>
 void test_gemv_kmajor(int M, int N, int K, int splits, Epi epi, const char* epi_name,
                       const float* h_row_scale = nullptr) {
   const int ldx = K + 8, ldw = N + 8, ldo = N + 8, ldwt = K + 8;
-  auto launch = [&](const T* X, const T* W0, const T*, TO* out) {
-    return gemv_kmajor_launch<T, TO, MT, 1, 8, 4, 8, Epi>(X, ldx, W0, ldwt, out, ldo, M, N, K,
-                                                          splits, 0, epi);
+  auto launch = [&](const T* X, const T* W0, const T* W1, TO* out) {
+    return gemv_kmajor_launch<T, TO, MT, 1, 8, 4, 8, Epi, NW>(X, ldx, W0, W1, ldwt, out, ldo, M, N,
+                                                              K, splits, 0, epi);
   };
   char name[200];
-  snprintf(name, sizeof name, "gemv_kmajor.%s_m%d_n%d_k%d_mt%d_splits%d_%s_%s", tname<T>(), M, N, K,
-           MT, splits, tname<TO>(), epi_name);
-  check_gemv<T, TO, 1, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, 2, ldwt);
+  snprintf(name, sizeof name, "gemv_kmajor.%s_m%d_n%d_k%d_mt%d_nw%d_splits%d_%s_%s", tname<T>(), M,
+           N, K, MT, NW, splits, tname<TO>(), epi_name);
+  check_gemv<T, TO, NW, Epi>(name, M, N, K, ldx, ldw, ldo, launch, h_row_scale, 2, ldwt);
 }
 
 // The K-major register GEMV: every cluster size, N of any residue (scalar stores), K not a
@@ -1326,22 +1326,29 @@ static void test_gemv_kmajor_all(const cudaDeviceProp& prop) {
   test_gemv_kmajor<H, float, 2>(11, 203, 1024, 2, GemvEpiCoords{dscale.p}, "coords", scale.data());
   test_gemv_kmajor<BF, BF, 4>(27, 777, 4104, 4, GemvRmsNorm{1.0f / 4104, 1e-6f}, "rmsnorm");
   test_gemv_kmajor<H, H, 1>(3, 1024, 2048, 1, GemvRmsNorm{1.0f / 2048, 1e-6f}, "rmsnorm");
+  // Two weights (a gated pair): silu(X W0^T) * (X W1^T), odd N, clusters, M up to 32.
+  test_gemv_kmajor<BF, BF, 1, GemvSiluMul, 2>(4, 2816, 1024, 1, GemvSiluMul(), "silu_mul");
+  test_gemv_kmajor<H, H, 2, GemvSiluMul, 2>(13, 777, 2000, 4, GemvSiluMul(), "silu_mul");
+  test_gemv_kmajor<BF, float, 4, GemvSiluMul, 2>(32, 203, 4104, 8, GemvSiluMul(), "silu_mul");
   {
     DBuf<H> x(64 * 1032), w(1032 * 64), o(64 * 64);
     const cudaError_t e9 = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
-        x.p, 1032, w.p, 1032, o.p, 64, 8, 64, 1024, 9, 0, id);
+        x.p, 1032, w.p, nullptr, 1032, o.p, 64, 8, 64, 1024, 9, 0, id);
     const cudaError_t eld = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
-        x.p, 1028, w.p, 1032, o.p, 64, 8, 64, 1024, 1, 0, id);
+        x.p, 1028, w.p, nullptr, 1032, o.p, 64, 8, 64, 1024, 1, 0, id);
     const cudaError_t em = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
-        x.p, 1032, w.p, 1032, o.p, 64, 9, 64, 1024, 1, 0, id);
+        x.p, 1032, w.p, nullptr, 1032, o.p, 64, 9, 64, 1024, 1, 0, id);
     const cudaError_t ek = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvIdentity>(
-        x.p, 1032, w.p, 1032, o.p, 64, 8, 64, 1020, 1, 0, id);
+        x.p, 1032, w.p, nullptr, 1032, o.p, 64, 8, 64, 1020, 1, 0, id);
+    const cudaError_t ew1 = gemv_kmajor_launch<H, H, 1, 1, 8, 4, 8, GemvSiluMul, 2>(
+        x.p, 1032, w.p, nullptr, 1032, o.p, 64, 8, 64, 1024, 1, 0, GemvSiluMul());
     CK(cudaGetLastError());
     report("gemv_kmajor.refuses_bad_launches",
            e9 == cudaErrorInvalidValue && eld == cudaErrorInvalidValue &&
-               em == cudaErrorInvalidValue && ek == cudaErrorInvalidValue,
-           "splits 9: %d, ldx 1028: %d, M 9 > 8 MT: %d, K 1020: %d", int(e9), int(eld), int(em),
-           int(ek));
+               em == cudaErrorInvalidValue && ek == cudaErrorInvalidValue &&
+               ew1 == cudaErrorInvalidValue,
+           "splits 9: %d, ldx 1028: %d, M 9 > 8 MT: %d, K 1020: %d, no W1: %d", int(e9), int(eld),
+           int(em), int(ek), int(ew1));
   }
 }
 

@@ -633,7 +633,9 @@ inline void cp_async_wait() {
   retire_groups(N);
 }
 // As the runtime's: n > 7 waits for all but 7.
-inline void cp_async_wait_n(int n) { retire_groups(n > 7 ? 7 : n); }
+inline void cp_async_wait_n(int n) {
+  retire_groups(n > 7 ? 7 : n);
+}
 inline void cp_async_wait_all() {
   kiln_sim::Fiber& f = kiln_sim::me();
   if (!f.open.empty()) cp_async_commit();
@@ -764,15 +766,17 @@ struct GemvRmsNorm {
 // as W^T, sk = 1, sn = ldw).
 template <typename T, typename TO, class Epi>
 inline void gemv_ref(const T* X, int64_t ldx, const T* W0, int64_t sk, int64_t sn, TO* out,
-                     int64_t ldo, int M, int N, int K, Epi epi) {
+                     int64_t ldo, int M, int N, int K, Epi epi, const T* W1 = nullptr) {
   for (int m = 0; m < M; ++m) {
     float rowsq = 0.0f;
     if (Epi::kRowSumSq)
       for (int k = 0; k < K; ++k) rowsq += to_f32(X[m * ldx + k]) * to_f32(X[m * ldx + k]);
     for (int n = 0; n < N; ++n) {
-      float acc = 0.0f;
+      float acc = 0.0f, acc1 = 0.0f;
       for (int k = 0; k < K; ++k) acc += to_f32(X[m * ldx + k]) * to_f32(W0[k * sk + n * sn]);
-      out[m * ldo + n] = from_f32<TO>(epi(acc, 0.0f, m, n, rowsq));
+      if (W1)
+        for (int k = 0; k < K; ++k) acc1 += to_f32(X[m * ldx + k]) * to_f32(W1[k * sk + n * sn]);
+      out[m * ldo + n] = from_f32<TO>(epi(acc, acc1, m, n, rowsq));
     }
   }
 }
@@ -815,17 +819,20 @@ inline cudaError_t gemv_tma_launch(const T* X, int64_t ldx, const T* W0, const T
 
 // The K-major register GEMV: W given as W^T [N][K] (ldw its row stride); the preconditions of
 // gemv_kmajor_supported (runtime/gemv_kmajor.cuh) are checked as the GPU launcher checks them.
-template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi>
-inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, int64_t ldw, TO* out,
-                                      int64_t ldo, int M, int N, int K, int splits, cudaStream_t,
-                                      Epi epi) {
+template <typename T, typename TO, int MT, int NS, int WARPS, int UNROLL, int CL, class Epi,
+          int NW = 1>
+inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, const T* W1, int64_t ldw,
+                                      TO* out, int64_t ldo, int M, int N, int K, int splits,
+                                      cudaStream_t, Epi epi) {
   if (M < 1 || M > 8 * MT) kiln_sim::fail("gemv_kmajor: M outside 1..8 MT");
   if (K % 8 != 0 || ldx % 8 != 0 || ldw % 8 != 0 || ldx < K || ldw < K)
     kiln_sim::fail("gemv_kmajor: K, ldx, ldw must be multiples of 8, at least K");
   if (splits < 1 || splits > CL || CL > 8) kiln_sim::fail("gemv_kmajor: splits outside 1..CL");
   if ((reinterpret_cast<uintptr_t>(X) & 15) || (reinterpret_cast<uintptr_t>(W) & 15))
     kiln_sim::fail("gemv_kmajor: X, W not 16-byte aligned");
-  gemv_ref(X, ldx, W, 1, ldw, out, ldo, M, N, K, epi);
+  if (NW > 1 && (W1 == nullptr || (reinterpret_cast<uintptr_t>(W1) & 15)))
+    kiln_sim::fail("gemv_kmajor: W1 missing or not 16-byte aligned");
+  gemv_ref(X, ldx, W, 1, ldw, out, ldo, M, N, K, epi, NW > 1 ? W1 : nullptr);
   return cudaSuccess;
 }
 

@@ -33,17 +33,20 @@ struct GemvKmajorShape {
   int64_t splits = 1;       // CTAs per cluster along K (1 off sm_90a)
   int64_t max_cluster = 1;  // the kernel's CL: 8 on sm_90a (the shared slots it sizes), else 1
   int64_t grid = 0;         // ceil(N / 16) * splits
+  int64_t nw = 1;           // weights streamed side by side (2: a gated pair, epi(y0, y1))
   static constexpr int kWarps = 8, kUnroll = 4;  // per 16-column block; k-steps in flight
   static constexpr int threads() { return 32 * kWarps; }
 };
-GemvKmajorShape gemv_kmajor_shape(int64_t m, int64_t n, int64_t k, const Target& t);
+GemvKmajorShape gemv_kmajor_shape(int64_t m, int64_t n, int64_t k, const Target& t, int64_t nw = 1);
 // The emitted statement `err = kiln::rt::gemv_kmajor_launch<...>(...);` for Y[m, n] =
-// epi(X[m, k] W^T) with W [n, k] (row strides k, n): ta / to the operand and output C types,
+// epi(X[m, k] W^T) with W [n, k] (row strides k, n), or epi(X W^T, X W1^T) when c.nw is 2 (w1 the
+// second weight's pointer expression, else ignored): ta / to the operand and output C types,
 // epi_type the functor type and epi its value expression.
 std::string gemv_kmajor_launch_call(const GemvKmajorShape& c, const char* ta, const char* to,
                                     const std::string& epi_type, const std::string& x,
-                                    const std::string& w, const std::string& out, int64_t m,
-                                    int64_t n, int64_t k, const std::string& epi);
+                                    const std::string& w, const std::string& w1,
+                                    const std::string& out, int64_t m, int64_t n, int64_t k,
+                                    const std::string& epi);
 
 struct GemvKernel {
   // The register-streamed GEMV: warps along N (64 columns each) and K per block, __launch_bounds__
