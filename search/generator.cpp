@@ -516,7 +516,11 @@ std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions&
 // Partitions.
 
 std::vector<int> canonical_order(const PGraph& g) {
-  // Kahn's algorithm; among ready nodes, non-combine nodes first, then by index.
+  // Kahn's algorithm; among ready nodes, non-combine nodes first, then by index, where an op that
+  // reads only inputs and constants (a weight's transpose) takes the index of its first user: it
+  // comes right before the work that needs it, so the contiguous groups below can put it in its
+  // user's kernel. In source order a SwiGLU's transpose(W2) sat before the gate and up products
+  // and every partition put it in their kernel (materializing W2^T there).
   size_t n = g.nodes.size();
   std::vector<int> indeg(n, 0);
   std::vector<std::vector<int>> users(n);
@@ -525,13 +529,26 @@ std::vector<int> canonical_order(const PGraph& g) {
       ++indeg[i];
       users[in].push_back(static_cast<int>(i));
     }
-  auto key = [&](int i) { return std::pair<int, int>(g.nodes[i].combine ? 1 : 0, i); };
-  std::set<std::pair<int, int>> ready;
+  auto source = [&](int i) {
+    return g.nodes[i].kind == OpKind::Input || g.nodes[i].kind == OpKind::Constant;
+  };
+  std::vector<int> rank(n);
+  for (size_t i = 0; i < n; ++i) {
+    rank[i] = static_cast<int>(i);
+    if (source(static_cast<int>(i)) || g.nodes[i].inputs.empty() || users[i].empty()) continue;
+    bool leaf = true;
+    for (int in : g.nodes[i].inputs) leaf &= source(in);
+    if (leaf) rank[i] = *std::min_element(users[i].begin(), users[i].end());
+  }
+  auto key = [&](int i) {
+    return std::tuple<int, int, int>(g.nodes[i].combine ? 1 : 0, rank[i], i);
+  };
+  std::set<std::tuple<int, int, int>> ready;
   for (size_t i = 0; i < n; ++i)
     if (indeg[i] == 0) ready.insert(key(static_cast<int>(i)));
   std::vector<int> order;
   while (!ready.empty()) {
-    int i = ready.begin()->second;
+    int i = std::get<2>(*ready.begin());
     ready.erase(ready.begin());
     if (g.nodes[i].kind != OpKind::Input && g.nodes[i].kind != OpKind::Constant) order.push_back(i);
     for (int u : users[i])
