@@ -83,6 +83,13 @@ __global__ void __launch_bounds__(32 * WARPS)
   constexpr int kS = NW * NS;  // slabs streamed: NS of each weight
   constexpr int kTiles = kS * MT;
   constexpr bool kRows = Epi::kRowSumSq;
+  // Static shared memory is capped at 48 KB on every target the file builds for (sm_80 included):
+  // two weights at 4 m-tiles with 8 warps and clusters of 8 would need 56 KB.
+  static_assert(
+      16 * 32 * kTiles * ((WARPS > 1 ? WARPS - 1 : 0) + (CL > 1 ? CL - 1 : 0)) +
+              (kRows ? 4 * 8 * MT * (WARPS + CL) : 0) <=
+          48 * 1024,
+      "static shared memory over 48 KB: fewer m-tiles, weights, warps or CTAs per cluster");
   __shared__ float4 red[WARPS > 1 ? (WARPS - 1) * kTiles * 32 : 1];
   __shared__ float4 slots[CL > 1 ? (CL - 1) * kTiles * 32 : 1];
   __shared__ float srow[kRows ? WARPS * MT * 8 : 1];
