@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
@@ -28,6 +30,22 @@ TEST(Hash, HexIsSixteenDigitsAndDistinctOnNearStrings) {
     EXPECT_EQ(h, hash_hex(s));  // deterministic
     EXPECT_TRUE(seen.insert(h).second) << s;
   }
+}
+
+// A file's hash is the hash of its bytes, however many 1 MB chunks it is read in; a file that
+// cannot be read hashes to nothing.
+TEST(Hash, FileHashIsTheHashOfItsBytes) {
+  std::string bytes;
+  for (int i = 0; bytes.size() < (size_t(5) << 19); ++i) bytes += fmt::format("{},", i * 7919);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "kiln_hash_file_test.bin").string();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_TRUE(f);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+  EXPECT_EQ(hash_file_hex(path), hash_hex(bytes));
+  std::filesystem::remove(path);
+  EXPECT_EQ(hash_file_hex(path), "");
 }
 
 }  // namespace

@@ -13,5 +13,7 @@ namespace kiln {
 uint64_t hash64(std::string_view bytes);
 // hash64 as 16 lowercase hex digits.
 std::string hash_hex(std::string_view bytes);
+// hash_hex of a file's bytes, read in 1 MB chunks (not held in memory); empty if it cannot be read.
+std::string hash_file_hex(const std::string& path);
 
 }  // namespace kiln

@@ -14,7 +14,7 @@
 namespace kiln::search {
 
 // 16 hex digits: a hash of the spec, the result-deciding config, the version and the running
-// binary (its size and modification time).
+// binary (a hash of its bytes).
 std::string cache_key(const KernelGraph& spec, const SearchConfig& config);
 // $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln, else ./.kiln-cache.
 std::string default_cache_dir();
