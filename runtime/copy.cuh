@@ -136,35 +136,14 @@ KILN_DEV void cp_async_wait() {
 KILN_DEV void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// cp_async_wait<n> for a run-time n; in a loop the compiler unrolls, n is a constant and the
-// switch folds to one instruction. n > 7 waits for all but 7 (more than asked: still correct).
+// cp_async_wait<n> for a run-time n (wait_group takes an immediate): a chain of comparisons down
+// from N, folded where n is a constant. n > N waits for all but N (more than asked: still correct).
+template <int N = 7>
 KILN_DEV void cp_async_wait_n(int n) {
-  switch (n) {
-    case 0:
-      cp_async_wait<0>();
-      break;
-    case 1:
-      cp_async_wait<1>();
-      break;
-    case 2:
-      cp_async_wait<2>();
-      break;
-    case 3:
-      cp_async_wait<3>();
-      break;
-    case 4:
-      cp_async_wait<4>();
-      break;
-    case 5:
-      cp_async_wait<5>();
-      break;
-    case 6:
-      cp_async_wait<6>();
-      break;
-    default:
-      cp_async_wait<7>();
-      break;
+  if constexpr (N > 0) {
+    if (n < N) return cp_async_wait_n<N - 1>(n);
   }
+  cp_async_wait<N>();
 }
 
 // Issues (does not commit) the cp.async copies of the R x C window at src into dst, zero-filling

@@ -550,7 +550,7 @@ std::vector<int> canonical_order(const PGraph& g) {
   while (!ready.empty()) {
     int i = std::get<2>(*ready.begin());
     ready.erase(ready.begin());
-    if (g.nodes[i].kind != OpKind::Input && g.nodes[i].kind != OpKind::Constant) order.push_back(i);
+    if (!source(i)) order.push_back(i);
     for (int u : users[i])
       if (--indeg[u] == 0) ready.insert(key(u));
   }

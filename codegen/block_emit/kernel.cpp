@@ -82,13 +82,9 @@ BlockEmitter::Prologue BlockEmitter::emit_prologue() {
     p.in_flight = p.whole ? static_cast<int>(NCH) : S - 1;
     c_->line("#pragma unroll");
     c_->open(fmt::format("for (int s = 0; s < {}; ++s) {{", p.in_flight));
-    if (p.whole) {
-      load_stage("s", "s");
-    } else {
-      c_->open(fmt::format("if (s < {}) {{", NCH));
-      load_stage("s", "s");
-      c_->close();
-    }
+    c_->open(fmt::format("if (s < {}) {{", NCH));
+    load_stage("s", "s");
+    c_->close();
     c_->line("kiln::rt::cp_async_commit();");
     c_->close();
   }

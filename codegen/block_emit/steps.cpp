@@ -239,47 +239,43 @@ void BlockEmitter::emit_spill(int a) {
   const TilePlan& t = tp(a);
   const Distribution& d = t.dist;
   c_->f("// spill {} to {}", nm(a), t.spill_global ? "the workspace" : "shared memory");
-  auto store = [&](const std::string& slot_expr, const std::vector<std::string>& idx, Code& body,
-                   bool add) {
-    std::string dst = fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
-    body.f("{} {}= acc_{}{};", dst, add ? "+" : "", nm(a), slot_expr);
+  // Every element of this thread's fragments into the buffer: assigned, added, or atomically added.
+  enum class How { Set, Add, Atomic };
+  auto spill = [&](How how) {
+    run_elements(a, d, -1, true,
+                 [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
+                   const std::string dst =
+                       fmt::format("sp_{}[{}]", nm(a), offset_expr(idx, t.spill_strides));
+                   if (how == How::Atomic)
+                     cx.body->f("atomicAdd(&{}, acc_{}{});", dst, nm(a), slot);
+                   else
+                     cx.body->f("{} {}= acc_{}{};", dst, how == How::Add ? "+" : "", nm(a), slot);
+                 });
   };
-  if (d.kind == DistKind::Mma && d.ks > 1 && d.ks <= 4) {
-    // The k-split warps' partial sums: warps of k slice r add theirs in round r, one round
-    // after another (a barrier between), each element written by one warp per round. Plain
-    // stores in a fixed order: deterministic, and no compare-and-swap loops (shared-memory
-    // float atomics are CAS loops on sm_90: 22% of a lora kernel's stall samples, 4 warps on
-    // the same 256 floats; 6.9 -> 5.4 us). With more slices the rounds' barriers cost more than
-    // the contention (8 slices: lowrank 9.2 -> 9.6 us), and they add atomically as before.
+  if (d.kind != DistKind::Mma || d.ks == 1) {
+    spill(How::Set);
+  } else if (d.ks <= 4) {
+    // The k-split warps' partial sums: warps of k slice r (wk = warp % ks, emit_warp_coords)
+    // add theirs in round r, a barrier between rounds, each element written by one warp per
+    // round. Plain stores in a fixed order: deterministic, and no compare-and-swap loops
+    // (shared-memory float atomics are CAS loops on sm_90: 22% of a lora kernel's stall
+    // samples, 4 warps on the same 256 floats; 6.9 -> 5.4 us). With more slices the rounds'
+    // barriers cost more than the contention (8 slices: lowrank 9.2 -> 9.6 us).
     for (int r = 0; r < d.ks; ++r) {
       if (r > 0) c_->line("__syncthreads();");
-      c_->open(fmt::format("if ((tid >> 5) % {} == {}) {{", d.ks, r));  // the warp's k slice
-      run_elements(a, d, -1, true,
-                   [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
-                     store(slot, idx, *cx.body, r > 0);
-                   });
+      c_->open(fmt::format("if ((tid >> 5) % {} == {}) {{", d.ks, r));
+      spill(r == 0 ? How::Set : How::Add);
       c_->close();
     }
-    return;
-  }
-  if (d.kind == DistKind::Mma && d.ks > 1) {
-    // Partial sums of the k-split warps add up in the zeroed spill buffer.
+  } else {
+    // Many slices add atomically into the zeroed buffer.
     c_->open(fmt::format("for (int o = tid; o < {}; o += {}) {{", numel(op(a).shape), T_));
     std::vector<std::string> idx = unravel(*c_, "o", op(a).shape, "z");
     c_->f("sp_{}[{}] = 0.0f;", nm(a), offset_expr(idx, t.spill_strides));
     c_->close();
     c_->line("__syncthreads();");
-    run_elements(a, d, -1, true,
-                 [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
-                   cx.body->f("atomicAdd(&sp_{}[{}], acc_{}{});", nm(a),
-                              offset_expr(idx, t.spill_strides), nm(a), slot);
-                 });
-    return;
+    spill(How::Atomic);
   }
-  run_elements(a, d, -1, true,
-               [&](Ctx& cx, const std::vector<std::string>& idx, const std::string& slot) {
-                 store(slot, idx, *cx.body, false);
-               });
 }
 
 void BlockEmitter::run_elements(int top, const Distribution& d, int root, bool uses_regs,

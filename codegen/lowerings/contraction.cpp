@@ -65,10 +65,9 @@ class Matcher {
     if (plan.n % 8 == 0 && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
     if (plan.m <= 32)
       plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);
-    // Two weights at most 16 rows: at 4 m-tiles the pair's partials need 56 KB of static shared
-    // memory (the kernel's static_assert), over the 48 KB sm_80 allows (the file builds for it).
-    if (!plan.gemv && plan.m <= (plan.b.size() == 2 ? 16 : 32) && plan.b_kmajor)
-      plan.gemv_kmajor = gemv_kmajor_shape(plan.m, plan.n, plan.k, t_, int64_t(plan.b.size()));
+    if (!plan.gemv && plan.m <= 32 && plan.b_kmajor)
+      plan.gemv_kmajor =
+          gemv_kmajor_shape(plan.m, plan.n, plan.k, t_, int64_t(plan.b.size()), plan.row_sumsq);
     return plan.gemv.has_value() || plan.gemv_kmajor.has_value();
   }
 

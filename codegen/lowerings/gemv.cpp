@@ -90,7 +90,11 @@ std::optional<GemvTmaShape> gemv_tma_shape(int64_t M, int64_t N, int64_t K, int 
 // declines this is within 2% of the best of 4/8 warps, 1/2/4 slabs, unroll 2/4 and 1-8 splits:
 // N512 K4096 8 splits 4.54 us (1 split: 10.19), N777 K4104 M27 4 splits 9.70 (8: 12.56), N1001
 // K1000 4 splits 3.73 (best 3.67); N3072 K1024 none 4.62 (2: 5.00).
-GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target& t, int64_t nw) {
+// Emitted files build for sm_80 too, whose static shared memory stops at 48 KB: the kernel's
+// partials (float4 per lane per 16-column tile, for the other warps and the other CTAs of a
+// cluster) and row sums must fit, as its static_assert checks. Two weights at 4 m-tiles do not.
+std::optional<GemvKmajorShape> gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target& t,
+                                                 int64_t nw, bool rows) {
   GemvKmajorShape c;
   c.nw = nw;
   c.mt = M <= 8 ? 1 : M <= 16 ? 2 : 4;
@@ -100,6 +104,10 @@ GemvKmajorShape gemv_kmajor_shape(int64_t M, int64_t N, int64_t K, const Target&
   if (t.arch == Arch::Sm90a)
     while (c.splits < 8 && cb * c.splits < t.sm_count && chunk(2 * c.splits) >= 256) c.splits *= 2;
   c.grid = cb * c.splits;
+  const int64_t tiles = nw * c.mt, w = GemvKmajorShape::kWarps, cl = c.max_cluster;
+  const int64_t static_smem =
+      16 * 32 * tiles * ((w - 1) + (cl - 1)) + (rows ? 4 * 8 * c.mt * (w + cl) : 0);
+  if (static_smem > 48 * 1024) return std::nullopt;
   return c;
 }
 
@@ -203,7 +211,9 @@ std::optional<GemvKernel> GemvKernel::match(const PlanContext& ctx, int k, Kerne
     kp.view_op = tr;
     p.b_kmajor = true;
     if (!p.tma) {
-      const GemvKmajorShape c = gemv_kmajor_shape(M, N, K, t);
+      const std::optional<GemvKmajorShape> v = gemv_kmajor_shape(M, N, K, t, 1, p.rms);
+      KILN_ASSERT(v, "one weight always fits the K-major GEMV's shared memory");
+      const GemvKmajorShape& c = *v;
       p.kmajor = c;
       p.cluster = false;
       kp.splits = static_cast<int>(c.splits);

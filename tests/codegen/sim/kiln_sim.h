@@ -632,9 +632,10 @@ template <int N>
 inline void cp_async_wait() {
   retire_groups(N);
 }
-// As the runtime's: n > 7 waits for all but 7.
+// As the runtime's: n > N waits for all but N.
+template <int N = 7>
 inline void cp_async_wait_n(int n) {
-  retire_groups(n > 7 ? 7 : n);
+  retire_groups(n > N ? N : n);
 }
 inline void cp_async_wait_all() {
   kiln_sim::Fiber& f = kiln_sim::me();

@@ -37,7 +37,10 @@ struct GemvKmajorShape {
   static constexpr int kWarps = 8, kUnroll = 4;  // per 16-column block; k-steps in flight
   static constexpr int threads() { return 32 * kWarps; }
 };
-GemvKmajorShape gemv_kmajor_shape(int64_t m, int64_t n, int64_t k, const Target& t, int64_t nw = 1);
+// nw weights side by side; rows: the epilogue takes row sums of squares (rms_norm). None where
+// the kernel's static shared memory would pass 48 KB (two weights at more than 16 rows).
+std::optional<GemvKmajorShape> gemv_kmajor_shape(int64_t m, int64_t n, int64_t k, const Target& t,
+                                                 int64_t nw = 1, bool rows = false);
 // The emitted statement `err = kiln::rt::gemv_kmajor_launch<...>(...);` for Y[m, n] =
 // epi(X[m, k] W^T) with W [n, k] (row strides k, n), or epi(X W^T, X W1^T) when c.nw is 2 (w1 the
 // second weight's pointer expression, else ignored): ta / to the operand and output C types,
