@@ -130,6 +130,11 @@ KILN_DEV void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// bar.arrive on named barrier `id`: counts toward `threads` without waiting.
+KILN_DEV void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <int N>
 KILN_DEV void setmaxnreg_inc() {
 #if KILN_RT_WGMMA
@@ -166,6 +171,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   constexpr int R = Fn::kRows > 0 ? Fn::kRows : 1;
   static_assert(R <= 4, "at most 4 row feeds");
   static_assert(C::kCL == 1 || Fn::kOnline, "a cluster key split combines online partials");
+  // Measured on an H100 (session 16): without the running max, a key split inside the CTA
+  // returned half the row sums (tests/gpu/attention_bench.cu and an emitted chain with the row
+  // sum as an output), on this runtime and the one before; the planner splits online chains only.
+  static_assert(C::kKS == 1 || Fn::kOnline, "an in-CTA key split combines online partials");
   extern __shared__ __align__(1024) char attn_smem_raw[];
   constexpr int KS = C::kKS;
   // One ring of S stages per key-split consumer (ring k holds the chunks j = k mod KS), so the
@@ -274,34 +283,53 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
     wgmma_commit();
   };
-  // f(S(i)) in cur -> P as wgmma A fragments, with the row feeds; then O += P Vc(i).
-  auto finish = [&](float(&cur)[NC / 2], int i) {
+  // P(i) = f(S(i)) as wgmma A fragments into pa, with the row feeds (online: the new row max;
+  // where it moved, the row feeds are rescaled here and O's factors left in ocorr, grow_o set,
+  // for when O(i - 1) has completed).
+  float ocorr[2] = {1.0f, 1.0f};
+  bool grow_o = false;
+  auto softmax = [&](float(&cur)[NC / 2], uint32_t(&pa)[NC / 16][4], int i) {
     wgmma_fence_acc(cur);
-    wgmma_fence_acc(o);
-    if (i > 0 && w == 0 && lane == 0) mbar_arrive(&empty[ks][(i - 1) % S]);  // O(i - 1) is done
-    // Online: the new row max, and O and the row feeds rescaled to it (O(i - 1) is complete;
-    // chunk 0's O wgmma overwrites o, so there is nothing to rescale before it).
+    // Online, lazily: the exps are taken relative to the kept row max mrow, which moves (and O
+    // and the row feeds are rescaled to it) only when some row of the warp has a key more than
+    // kSlack above it: then P = f(s - m) <= k 2^kSlackL2 still fits a 16-bit operand (f16 up to
+    // 65504; kSlackL2 = 0 where k > 1), and every accumulator is the exact one times exp(-a m)
+    // for whichever m it was kept at, which the outputs cancel (and the key-split and cluster
+    // combines rescale by). Most chunks after the first skip the quad shuffles, the rescale
+    // factors and the multiplies of O (FlashAttention-4's conditional rescaling). The test is
+    // per lane on its own columns, one vote for the warp; chunk 0 always takes it (m = -inf).
     float sh0 = 0.0f, sh1 = 0.0f;
     if constexpr (Fn::kOnline) {
+      constexpr float kSlackL2 = Fn::kPCoef <= 1.0f ? 8.0f : 0.0f;
+      constexpr float kSlack = kSlackL2 / (Fn::kExpScale * 1.4426950408889634f);
+      float lm[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = mrow[h];
+        // A tree over the lane's NC / 4 values of row h (a short dependent chain).
+        float v[NC / 8];
 #pragma unroll
         for (int n8 = 0; n8 < NC / 8; ++n8)
-          mx = fmaxf(mx, fmaxf(cur[4 * n8 + 2 * h], cur[4 * n8 + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float corr = attn_rescale(mrow[h], mx, Fn::kExpScale);
-        mrow[h] = mx;
+          v[n8] = fmaxf(cur[4 * n8 + 2 * h], cur[4 * n8 + 2 * h + 1]);
 #pragma unroll
-        for (int q = 0; q < R; ++q) r[h][q] *= corr;
-        // Every chunk (H100: skipping it where no row of the warp moved, by a vote, was slower).
-        if (i > 0)
+        for (int w2 = NC / 16; w2 >= 1; w2 /= 2)
 #pragma unroll
-          for (int n8 = 0; n8 < DV / 8; ++n8) {
-            o[4 * n8 + 2 * h] *= corr;
-            o[4 * n8 + 2 * h + 1] *= corr;
-          }
+          for (int e = 0; e < w2; ++e) v[e] = fmaxf(v[e], v[e + w2]);
+        lm[h] = v[0];
+      }
+      const bool grow = lm[0] > mrow[0] + kSlack || lm[1] > mrow[1] + kSlack;
+      if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = fmaxf(mrow[h], lm[h]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float corr = attn_rescale(mrow[h], mx, Fn::kExpScale);
+          mrow[h] = mx;
+#pragma unroll
+          for (int q = 0; q < R; ++q) r[h][q] *= corr;
+          ocorr[h] = corr;
+        }
+        grow_o = i > 0;  // O through chunk i - 1 (in flight now) moves to the new max later
       }
       sh0 = mrow[0], sh1 = mrow[1];
     }
@@ -317,7 +345,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         return fn.elem(v, rh);
       }
     };
-    uint32_t pa[NC / 16][4];
 #pragma unroll
     for (int kk = 0; kk < NC / 16; ++kk)
 #pragma unroll
@@ -330,6 +357,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         pa[kk][2 * e + 0] = pack2<T>(p0, p1);
         pa[kk][2 * e + 1] = pack2<T>(p2, p3);
       }
+  };
+  // O += P(i) Vc(i) (scale-d 0 on chunk 0's first k step: it overwrites o).
+  auto issue_o = [&](uint32_t(&pa)[NC / 16][4], int i) {
     const uint32_t vb = ring_base + (i % S) * C::kStageBytes + C::kKBytes;
     wgmma_fence();
 #pragma unroll
@@ -343,37 +373,84 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
     wgmma_commit();
   };
-  // Local chunk i with a successor: S(i) is in cur; S(i + 1) goes to nxt before f runs on cur.
-  // The groups in flight are the same on every path here (ptxas serializes the wgmmas when it
-  // cannot prove that wait_group<1> retired the ones whose registers are read next).
-  auto step = [&](float(&cur)[NC / 2], float(&nxt)[NC / 2], int i) {
+  // O(i) has completed: chunk i's stage goes back to the producer, and O moves to the row max of
+  // the softmax that ran meanwhile (rarely, online: see above).
+  auto o_done = [&](int i) {
+    wgmma_fence_acc(o);
+    if (w == 0 && lane == 0) mbar_arrive(&empty[ks][i % S]);
+    if constexpr (Fn::kOnline)
+      if (grow_o) {
+#pragma unroll
+        for (int n8 = 0; n8 < DV / 8; ++n8)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            o[4 * n8 + 2 * h] *= ocorr[h];
+            o[4 * n8 + 2 * h + 1] *= ocorr[h];
+          }
+        grow_o = false;
+      }
+  };
+  // Local chunk i with a successor, P(i) in pc (FlashAttention-3's intra-warpgroup pipelining):
+  // S(i + 1) and O(i) go to the tensor cores together, and the softmax of S(i + 1) runs while
+  // O(i) does, so each chunk costs about the longer of the two instead of their sum. Two S and
+  // two P buffers alternate (P(i) is read by the O(i) in flight while P(i + 1) is written). The
+  // groups in flight are the same on every path (ptxas serializes the wgmmas when it cannot
+  // prove that a wait retired the ones whose registers are touched next).
+  //
+  // With two key-split consumers the tensor cores take their turns (FlashAttention-3's ping-pong
+  // scheduling): consumer c issues a chunk's wgmmas only after the other has issued its own
+  // (named barrier 3 + c, then it signals 3 + (1 - c)), so one's softmax runs while the other's
+  // products do, instead of both contending for the MUFU and then the tensor cores. Consumer 1
+  // opens the first turn and skips its last signal; both take nlocal turns, so only where they
+  // walk as many chunks (nchunks even, at least 2).
+  const bool pingpong = KS == 2 && nchunks >= 2 && nchunks % 2 == 0;
+  auto turn_begin = [&]() {
+    if (pingpong) named_barrier(3 + ks, 256);
+  };
+  auto turn_end = [&](bool final_turn) {
+    if (pingpong && !(final_turn && ks == 1)) named_barrier_arrive(3 + (1 - ks), 256);
+  };
+  auto step = [&](float(&nxt)[NC / 2], uint32_t(&pc)[NC / 16][4], uint32_t(&pn)[NC / 16][4],
+                  int i) {
     mbar_wait(&full[ks][(i + 1) % S], ((i + 1) / S) & 1);
+    turn_begin();
     issue_s(nxt, i + 1);
-    wgmma_wait<1>();  // all but S(i + 1): S(i) and O(i - 1) are done
-    finish(cur, i);
+    issue_o(pc, i);
+    turn_end(false);
+    wgmma_wait<1>();  // S(i + 1) is done; O(i) may still run
+    softmax(nxt, pn, i + 1);
+    wgmma_wait<0>();
+    o_done(i);
+  };
+  auto last = [&](uint32_t(&pc)[NC / 16][4], int i) {
+    turn_begin();
+    issue_o(pc, i);
+    turn_end(true);
+    wgmma_wait<0>();
+    o_done(i);
   };
 
   float s0[NC / 2], s1[NC / 2];
+  uint32_t p0[NC / 16][4], p1[NC / 16][4];
   mbar_wait(&a_full, 0);
+  if (pingpong && ks == 1) named_barrier_arrive(3, 256);  // consumer 0 takes the first turn
   if (nlocal > 0) {
     mbar_wait(&full[ks][0], 0);
     issue_s(s0, 0);
+    wgmma_wait<0>();
+    softmax(s0, p0, 0);
     int i = 0;
     for (; i + 2 < nlocal; i += 2) {
-      step(s0, s1, i);
-      step(s1, s0, i + 1);
+      step(s1, p0, p1, i);
+      step(s0, p1, p0, i + 1);
     }
-    // One or two chunks left, the first one's S in s0.
+    // One or two chunks left, the first one's P in p0.
     if (i + 1 < nlocal) {
-      step(s0, s1, i);
-      wgmma_wait<0>();
-      finish(s1, i + 1);
+      step(s1, p0, p1, i);
+      last(p1, i + 1);
     } else {
-      wgmma_wait<0>();
-      finish(s0, i);
+      last(p0, i);
     }
-    wgmma_wait<0>();
-    wgmma_fence_acc(o);
   } else {
 #pragma unroll
     for (int q = 0; q < DV / 2; ++q) o[q] = 0.0f;  // no chunk for this consumer
@@ -534,8 +611,8 @@ inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typena
                   fn);
   } else {
     if (nchunks % C::kCL) return cudaErrorInvalidValue;
-    return launch(kernel, dim3(grid.x * C::kCL, grid.y, grid.z), dim3(C::kThreads),
-                  C::kSmemBytes, stream, C::kCL, ma, mk, mv, nchunks / C::kCL, fn);
+    return launch(kernel, dim3(grid.x * C::kCL, grid.y, grid.z), dim3(C::kThreads), C::kSmemBytes,
+                  stream, C::kCL, ma, mk, mv, nchunks / C::kCL, fn);
   }
 }
 #endif  // __CUDACC_RTC__

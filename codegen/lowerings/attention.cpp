@@ -590,7 +590,8 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
          chunks / (p.cluster * 2) >= 4)
     p.cluster *= 2;
   kp.grid = tiles * p.cluster;
-  p.key_split = kp.grid < t.sm_count && chunks / p.cluster >= 2 ? 2 : 1;
+  // Two consumers splitting a CTA's keys: online chains only (the runtime's static_assert).
+  p.key_split = a.online && kp.grid < t.sm_count && chunks / p.cluster >= 2 ? 2 : 1;
   auto smem = [&](int stages) { return q_bytes + p.key_split * stages * stage + 1024; };
   p.stages = 4;
   while (p.stages > 3 && smem(p.stages) > t.smem_per_block) --p.stages;
