@@ -251,6 +251,8 @@ TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
                                   .as<AttentionKernel>();
   ASSERT_TRUE(pk);
   EXPECT_EQ(pk->cluster, 1);
+  // Nor an in-CTA key split (the runtime combines online partials only; H100: half the row sums).
+  EXPECT_EQ(pk->key_split, 1);
   EXPECT_NE(cu.find("AttnCfg<__half, 1, 64, 64, 64,"), std::string::npos);
   // Without lowerings (the simulator), on sm_80, and with an f32 output: the generic kernel.
   EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm90a), PlanOptions{false})
