@@ -164,7 +164,7 @@ KILN_DEV float attn_ex2(float x) {
 template <class C, class Fn>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
-                const __grid_constant__ TmaDesc map_v, int nchunks, Fn fn) {
+                const __grid_constant__ TmaDesc map_v, int nchunks_tile, Fn fn) {
   pdl_entry();  // before any load or store (base.cuh)
   using T = typename C::T;
   constexpr int S = C::kStages, BM = C::kBM, D = C::kD, DV = C::kDV, NC = C::kNC;
@@ -197,11 +197,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
   // With a cluster key split, CTA c of a cluster (blockIdx.x = tile * CL + c) walks chunks
-  // c * nchunks .. (c + 1) * nchunks - 1 of its tile's keys.
+  // floor(c T / CL) .. floor((c + 1) T / CL) - 1 of its tile's T = nchunks_tile chunks (shares
+  // differ by at most one where CL does not divide T).
   constexpr int CL = C::kCL;
   const int bx = blockIdx.x / CL;
   const int crank = CL > 1 ? int(blockIdx.x % CL) : 0;
-  const int cbase = crank * nchunks;
+  const int cbase = crank * nchunks_tile / CL;
+  const int nchunks = (crank + 1) * nchunks_tile / CL - cbase;
   const AttnCoords co = fn.coords(bx, blockIdx.y, blockIdx.z);
 
   if (warp < 4) {
@@ -586,8 +588,8 @@ struct AttnView {
 };
 
 // Encodes the three tensor maps and launches attn_kernel<C, Fn> on `grid` tiles, each walking
-// nchunks chunks of C::kNC keys (as C::kCL CTAs of a cluster, nchunks / kCL chunks each: grid.x
-// times kCL CTAs; nchunks must divide). sm_90a only (cudaErrorInvalidDeviceFunction on an older
+// nchunks chunks of C::kNC keys (as C::kCL CTAs of a cluster, about nchunks / kCL chunks each:
+// grid.x times kCL CTAs; nchunks >= kCL). sm_90a only (cudaErrorInvalidDeviceFunction on an older
 // device); a, k, v 16-byte aligned, ld * 2 bytes multiples of 16. Returns the first error (an
 // invalid map included).
 template <class C, class Fn>
@@ -610,9 +612,9 @@ inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typena
     return launch(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, 1, ma, mk, mv, nchunks,
                   fn);
   } else {
-    if (nchunks % C::kCL) return cudaErrorInvalidValue;
+    if (nchunks < C::kCL) return cudaErrorInvalidValue;
     return launch(kernel, dim3(grid.x * C::kCL, grid.y, grid.z), dim3(C::kThreads), C::kSmemBytes,
-                  stream, C::kCL, ma, mk, mv, nchunks / C::kCL, fn);
+                  stream, C::kCL, ma, mk, mv, nchunks, fn);
   }
 }
 #endif  // __CUDACC_RTC__

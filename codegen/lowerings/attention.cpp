@@ -586,8 +586,9 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   // CTAs) ran as two waves (attention_softmax: 13.0 us, against 8.4 as 16 clusters of 4).
   p.cluster = 1;
   auto fits = [&](int c) { return tiles * c <= (c >= 8 ? t.sm_count / 2 : t.sm_count); };
-  while (a.online && p.cluster < 8 && fits(p.cluster * 2) && chunks % (p.cluster * 2) == 0 &&
-         chunks / (p.cluster * 2) >= 4)
+  // The CTAs of a cluster take floor shares of the chunks (differing by at most one), so any
+  // chunk count splits (17 chunks over 4 CTAs: 4, 4, 4, 5).
+  while (a.online && p.cluster < 8 && fits(p.cluster * 2) && chunks / (p.cluster * 2) >= 4)
     p.cluster *= 2;
   kp.grid = tiles * p.cluster;
   // Two consumers splitting a CTA's keys: online chains only (the runtime's static_assert).
@@ -639,9 +640,11 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   }
   for (const TensorDesc& td : bg.outputs)
     c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
-  const double cta_flops = 2.0 * 64 * double(a.keys / cluster) * double(a.d + a.dv);
-  c.tc_flops = cta_flops * double(c.blocks);
-  c.iterations = a.keys / cluster / chunk;
+  // The largest CTA share of the tile's chunks sets the time (floor shares differ by one).
+  const int64_t cta_chunks = (a.keys / chunk + cluster - 1) / cluster;
+  const double cta_flops = 2.0 * 64 * double(cta_chunks * chunk) * double(a.d + a.dv);
+  c.tc_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv) * double(c.blocks / cluster);
+  c.iterations = cta_chunks;
   // Consumer warpgroups per SM (CTAs per SM x consumers per CTA) share its tensor cores; a CTA
   // whose consumers split its keys finishes in 1 / key_split of its work's time.
   const int64_t ctas = std::min<int64_t>(min_blocks, (c.blocks + t.sm_count - 1) / t.sm_count);

@@ -32,17 +32,17 @@ enum class Variant {
   PlusL,       // O / L + L: not homogeneous; not online
 };
 
-BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64) {
+BlockGraph build(Variant v, int64_t mt = 128, int64_t d = D, int64_t nt = 64, int64_t n = N) {
   const bool km = v == Variant::KMajor;
   const int64_t split = v == Variant::Partials ? 4 : v == Variant::NoLoop ? 8 : 1;
   std::vector<TensorDesc> ins = {
       {"Q", {H, M, d}, DType::F16},
-      km ? TensorDesc{"K", {H, N, d}, DType::F16} : TensorDesc{"K", {H, d, N}, DType::F16},
-      {"V", {H, N, DV}, DType::F16},
-      {"Mask", {H, M, N}, DType::F16}};
+      km ? TensorDesc{"K", {H, n, d}, DType::F16} : TensorDesc{"K", {H, d, n}, DType::F16},
+      {"V", {H, n, DV}, DType::F16},
+      {"Mask", {H, M, n}, DType::F16}};
   const bool loop = v != Variant::NoLoop;
   std::vector<int64_t> lp;
-  if (loop) lp = {N / split / nt};
+  if (loop) lp = {n / split / nt};
   BlockGraphBuilder b({H, M / mt, split}, 128, lp, ins);
   std::vector<int> none = loop ? std::vector<int>{-1} : std::vector<int>{};
   int q = b.input(0, {0, 1, -1}, none);
@@ -219,13 +219,13 @@ TEST(Attention, OnlineFormWhereItIsExact) {
   }
 }
 
-KernelGraph graph_of(Variant v) {
+KernelGraph graph_of(Variant v, int64_t n = N) {
   KernelGraphBuilder kb("attn", "", Arch::Sm90a);
   int q = kb.input("Q", {H, M, D}, DType::F16);
-  int k = kb.input("K", v == Variant::KMajor ? Shape{H, N, D} : Shape{H, D, N}, DType::F16);
-  int vv = kb.input("V", {H, N, DV}, DType::F16);
-  int mask = kb.input("Mask", {H, M, N}, DType::F16);
-  auto bg = std::make_shared<const BlockGraph>(build(v));
+  int k = kb.input("K", v == Variant::KMajor ? Shape{H, n, D} : Shape{H, D, n}, DType::F16);
+  int vv = kb.input("V", {H, n, DV}, DType::F16);
+  int mask = kb.input("Mask", {H, M, n}, DType::F16);
+  auto bg = std::make_shared<const BlockGraph>(build(v, 128, D, 64, n));
   auto outs = kb.graph_defined(bg, {q, k, vv, mask}, "k");
   for (int o : outs) kb.output(o);
   return std::move(kb).finish();
@@ -261,6 +261,19 @@ TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
   EXPECT_FALSE(plan_schedule(g, target_for(Arch::Sm80)).kernels[0].as<AttentionKernel>());
   KernelGraph g32 = graph_of(Variant::F32Out);
   EXPECT_FALSE(plan_schedule(g32, target_for(Arch::Sm90a)).kernels[0].as<AttentionKernel>());
+}
+
+// A key count the cluster does not divide (17 chunks of 64): the CTAs take shares of 4 and 5
+// chunks, so the cluster still fills the SMs (it used to stay at 1: 16 CTAs walking 17 chunks).
+TEST(Attention, ClusterSplitsAChunkCountItDoesNotDivide) {
+  KernelGraph g = graph_of(Variant::Normalized, 17 * 64);
+  const AttentionKernel* ak =
+      plan_schedule(g, target_for(Arch::Sm90a)).kernels[0].as<AttentionKernel>();
+  ASSERT_TRUE(ak);
+  EXPECT_EQ(ak->cluster, 4);  // 17 / 4 >= 4 chunks each; 8 would leave 2
+  std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);
+  EXPECT_NE(cu.find(", 17, f, stream);"), std::string::npos);  // the tile's chunks, not a share
 }
 
 // The hand-written attention example is lowered (it is what the nvcc test compiles).
