@@ -1149,11 +1149,14 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // check is then their check), except unbounded verdicts, which check_candidate refuses.
   //
   // All of it stops at the time limit (`hard`). Past it, with nothing ranked, only the spec is
-  // still tried (its verdict needs no verifier), and only a float check that ran ranks it first:
+  // still tried (its verdict needs no verifier; its float check may run up to spec_grace_s past
+  // the limit), and only a float check that ran ranks it first:
   // a run out of time ships the spec's own kernels if they were checked, else nothing
   // (SearchResult::out_of_time), never something unchecked. Every other candidate left is
   // counted as cut.
   const double float_budget_s = std::max(10.0, 0.5 * config.time_limit_s);
+  const double spec_grace_s =
+      config.time_limit_s > 0 ? std::clamp(0.1 * config.time_limit_s, 1.0, 5.0) : 0.0;
   int float_failures = 0, not_checked = 0, cut_verifier = 0, cut_float = 0;
   double float_failure_s = 0, float_check_s = 0;
   for (Candidate& c : uniq) {
@@ -1168,9 +1171,16 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
       ++not_checked;
       continue;
     }
-    // The first candidate ranked and the spec are always float-checked.
+    // The first candidate ranked and the spec are always float-checked. The spec, with nothing
+    // ranked, gets a grace of a tenth of the limit (1 to 5 s; none at 0) for its check (sampled
+    // rows: usually well under a second), so that a run whose candidates all failed ships the
+    // spec's own kernels rather than nothing (a 4032-key attention spent its 45 s on candidates
+    // that overflow f16 at std 1, then shipped nothing).
+    Deadline check_by = hard;
+    if (c.is_spec && !have_winner && hard.set())
+      check_by.at = std::max(hard.at, Deadline::in(spec_grace_s).at);
     CandidateCheck chk = check_candidate(
-        spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s, hard);
+        spec, c, config, !have_winner || c.is_spec || float_check_s < float_budget_s, check_by);
     if (!chk.cut.empty()) ++(chk.cut == "verifier" ? cut_verifier : cut_float);
     // The first candidate ranked ships: its float check must have run. One the time limit cut
     // is not ranked first (a run whose limit is too short for any check ships nothing).
