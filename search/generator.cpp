@@ -692,11 +692,16 @@ std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int
     if (in_input) loopable.push_back(l);
   }
   std::vector<Schedule> out;
+  // Where a group has more schedules than max_schedules (many divisors: 4032 keys have 42), the
+  // first max_schedules in a niceness order are kept, not the first in enumeration order (which
+  // cut a 16-group attention before its 16-way grid was reached). The enumeration runs to a
+  // larger cap to have something to choose from.
+  const int64_t gen_cap = int64_t(opt.max_schedules) * 8;
   int max_free = opt.max_grid_dims - (partial ? 1 : 0);
   // Choose subsets of `free` (in label order) with parts, recursively.
   std::vector<GridDim> cur;
   std::function<void(size_t, int64_t)> rec = [&](size_t idx, int64_t blocks) {
-    if (static_cast<int>(out.size()) >= opt.max_schedules) return;
+    if (static_cast<int64_t>(out.size()) >= gen_cap) return;
     if (idx == free.size()) {
       std::vector<GridDim> grid = cur;
       if (partial) grid.push_back({g.split_label, g.split_parts});
@@ -714,7 +719,7 @@ std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int
       }
       for (auto [l, r] : loops)
         for (int t : opt.block_threads) {
-          if (static_cast<int>(out.size()) >= opt.max_schedules) return;
+          if (static_cast<int64_t>(out.size()) >= gen_cap) return;
           Schedule s;
           s.grid = grid;
           s.loop_label = l;
@@ -735,6 +740,35 @@ std::vector<Schedule> enumerate_schedules(const PGraph& g, const std::vector<int
     }
   };
   rec(0, partial ? g.split_parts : 1);
+  if (static_cast<int>(out.size()) > opt.max_schedules) {
+    // A tile extent is nice when it is 1 (one index per block: a batch dim), a multiple of 16
+    // (tensor-core fragments, 16-byte vectors) or the label's whole extent; schedules with fewer
+    // awkward tiles first, the enumeration order among equals.
+    auto awkward = [&](const Schedule& sc) {
+      int n = 0;
+      auto tile = [&](int label, int64_t t) {
+        n += !(t == 1 || t % 16 == 0 || t == g.label_extent[label]);
+      };
+      int64_t loop_parts = 1;
+      for (const GridDim& d : sc.grid) {
+        if (d.label == sc.loop_label) loop_parts = d.parts;
+        if (d.label != sc.loop_label) tile(d.label, g.label_extent[d.label] / d.parts);
+      }
+      if (sc.loop_label >= 0)
+        tile(sc.loop_label, g.label_extent[sc.loop_label] / loop_parts / sc.loop_range);
+      return n;
+    };
+    std::vector<int> score(out.size());
+    for (size_t i = 0; i < out.size(); ++i) score[i] = awkward(out[i]);
+    std::vector<size_t> idx(out.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](size_t a, size_t b) { return score[a] < score[b]; });
+    std::vector<Schedule> kept;
+    kept.reserve(opt.max_schedules);
+    for (int i = 0; i < opt.max_schedules; ++i) kept.push_back(std::move(out[idx[i]]));
+    out = std::move(kept);
+  }
   return out;
 }
 

@@ -318,7 +318,9 @@ class BranchRunner {
         target_(target),
         cfg_(*sh.config),
         sink_(sink),
-        index_(index) {}
+        index_(index) {
+    for (const TensorDesc& t : spec.tensors) spec_dtypes_[t.name] = t.dtype;
+  }
 
   Branch run() {
     exprs_ = node_exprs(v_);
@@ -555,6 +557,23 @@ class BranchRunner {
       prune(r.state, "no_input", {});
       return memo_.emplace(grp, std::move(r)).first->second;
     }
+    // The range rule of the spec format: a tensor the spec stores wider than this graph would
+    // (store_unbounded_intermediates: exp(Q K^T) in f32) may not cross kernels narrower. Every
+    // such candidate failed the std-1 float check, after its schedules and its check had cost
+    // time (a 4032-key attention spent all of it there).
+    for (int o : io.outputs) {
+      const PNode& n = v_.nodes[o];
+      if (std::find(v_.outputs.begin(), v_.outputs.end(), o) != v_.outputs.end()) continue;
+      auto sd = spec_dtypes_.find(n.name);
+      if (sd != spec_dtypes_.end() && dtype_bytes(sd->second) > dtype_bytes(n.dtype)) {
+        prune(r.state, "range",
+              tracing() ? fmt::format("{} would cross kernels in {}; the spec stores it in {} "
+                                      "(its range is unbounded at std 1)",
+                                      n.name, dtype_name(n.dtype), dtype_name(sd->second))
+                        : std::string());
+        return memo_.emplace(grp, std::move(r)).first->second;
+      }
+    }
     std::vector<Choice> all;
     bool single = grp.size() == 1 && predefined_ok(v_, grp[0]);
     if (single) {
@@ -688,6 +707,7 @@ class BranchRunner {
   }
 
   const KernelGraph& spec_;
+  std::map<std::string, DType> spec_dtypes_;  // the spec's tensors by name
   const PGraph& v_;
   Shared& sh_;
   Pruner* pruner_;

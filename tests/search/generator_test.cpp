@@ -213,3 +213,46 @@ TEST(Generator, FingerprintsCountEveryAttributeAndStorageDtype) {
 
 }  // namespace
 }  // namespace kiln::search
+
+namespace kiln::search {
+namespace {
+
+// A group with more schedules than max_schedules keeps the ones with nice tiles (1, multiples of
+// 16, whole extents) first: a 16-group attention over 4032 keys (63 chunks of 64) kept its
+// one-group-per-block grid with the 64-key loop; enumeration order had cut it.
+TEST(Generator, ACappedScheduleListKeepsNiceTilesFirst) {
+  KernelGraph spec = parse_spec(R"({"format": "spec/1", "name": "a4032",
+    "inputs": [{"name": "Q", "shape": [16, 256, 64], "dtype": "f16"},
+               {"name": "K", "shape": [16, 64, 4032], "dtype": "f16"},
+               {"name": "V", "shape": [16, 4032, 64], "dtype": "f16"}],
+    "nodes": [{"name": "S", "op": "matmul", "inputs": ["Q", "K"]},
+              {"name": "P", "op": "exp", "inputs": ["S"]},
+              {"name": "L", "op": "sum", "inputs": ["P"], "attrs": {"dim": -1}},
+              {"name": "A", "op": "div", "inputs": ["P", "L"]},
+              {"name": "O", "op": "matmul", "inputs": ["A", "V"]}],
+    "outputs": ["O"]})");
+  PGraph g = expand_spec(spec);
+  std::vector<int> grp = canonical_order(g);
+  ScheduleOptions all, capped;  // capped: the default 20000
+  all.max_schedules = 1 << 20;
+  const std::vector<Schedule> every = enumerate_schedules(g, grp, all);
+  const std::vector<Schedule> kept = enumerate_schedules(g, grp, capped);
+  ASSERT_GT(every.size(), kept.size());
+  ASSERT_EQ(kept.size(), size_t(capped.max_schedules));
+  // The batch label (16 groups) and the key label (4032).
+  const int batch = g.labels[g.inputs[0]][0], keys = g.labels[g.inputs[1]][2];
+  auto attention_like = [&](const Schedule& s) {
+    return s.grid.size() == 1 && s.grid[0].label == batch && s.grid[0].parts == 16 &&
+           s.loop_label == keys && s.loop_range == 63;
+  };
+  EXPECT_TRUE(std::any_of(kept.begin(), kept.end(), attention_like));
+  // Among the first 20000 in enumeration order it is not (what the cap used to keep).
+  EXPECT_FALSE(std::any_of(every.begin(), every.begin() + kept.size(), attention_like));
+  // Every kept schedule is one of the full list.
+  std::set<std::string> names;
+  for (const Schedule& s : every) names.insert(s.str(g));
+  for (const Schedule& s : kept) EXPECT_TRUE(names.count(s.str(g))) << s.str(g);
+}
+
+}  // namespace
+}  // namespace kiln::search
