@@ -164,7 +164,7 @@ KILN_DEV float attn_ex2(float x) {
 template <class C, class Fn>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
-                const __grid_constant__ TmaDesc map_v, int nchunks_tile, Fn fn) {
+                const __grid_constant__ TmaDesc map_v, int nchunks_tile, int last_keys, Fn fn) {
   pdl_entry();  // before any load or store (base.cuh)
   using T = typename C::T;
   constexpr int S = C::kStages, BM = C::kBM, D = C::kD, DV = C::kDV, NC = C::kNC;
@@ -302,6 +302,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // per lane on its own columns, one vote for the warp; chunk 0 always takes it (m = -inf).
     float sh0 = 0.0f, sh1 = 0.0f;
     if constexpr (Fn::kOnline) {
+      // The tile's last chunk may hold fewer than NC keys: the others (zeros past the tensor, or
+      // the next rows of a folded view) get score -inf, so the max ignores them and P is 0.
+      if (last_keys < NC && cbase + ks + i * KS == nchunks_tile - 1)
+#pragma unroll
+        for (int n8 = 0; n8 < NC / 8; ++n8)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * n8 + 2 * t + e >= last_keys) cur[4 * n8 + e] = cur[4 * n8 + 2 + e] = -KILN_INF;
       constexpr float kSlackL2 = Fn::kPCoef <= 1.0f ? 8.0f : 0.0f;
       constexpr float kSlack = kSlackL2 / (Fn::kExpScale * 1.4426950408889634f);
       float lm[2];
@@ -589,15 +597,19 @@ struct AttnView {
 
 // Encodes the three tensor maps and launches attn_kernel<C, Fn> on `grid` tiles, each walking
 // nchunks chunks of C::kNC keys (as C::kCL CTAs of a cluster, about nchunks / kCL chunks each:
-// grid.x times kCL CTAs; nchunks >= kCL). sm_90a only (cudaErrorInvalidDeviceFunction on an older
-// device); a, k, v 16-byte aligned, ld * 2 bytes multiples of 16. Returns the first error (an
-// invalid map included).
+// grid.x times kCL CTAs; nchunks >= kCL), the last of which holds last_keys keys (1 .. kNC; fewer
+// than kNC only for online chains: the rest are masked). sm_90a only
+// (cudaErrorInvalidDeviceFunction on an older device); a, k, v 16-byte aligned, ld * 2 bytes
+// multiples of 16. Returns the first error (an invalid map included).
 template <class C, class Fn>
 inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typename C::T* k,
                                AttnView kv, const typename C::T* v, AttnView vv, dim3 grid,
-                               int nchunks, const Fn& fn, cudaStream_t stream) {
+                               int nchunks, const Fn& fn, cudaStream_t stream,
+                               int last_keys = C::kNC) {
   cudaError_t e = require_sm90();
   if (e != cudaSuccess) return e;
+  if (last_keys < 1 || last_keys > C::kNC || (last_keys < C::kNC && !Fn::kOnline))
+    return cudaErrorInvalidValue;
   TmaDesc ma, mk, mv;
   e = tma_encode_2d(&ma, a, av.rows, av.cols, av.ld, C::kBM, 64, true);
   if (e == cudaSuccess)
@@ -610,11 +622,11 @@ inline cudaError_t attn_launch(const typename C::T* a, AttnView av, const typena
   if (e != cudaSuccess) return e;
   if constexpr (C::kCL == 1) {
     return launch(kernel, grid, dim3(C::kThreads), C::kSmemBytes, stream, 1, ma, mk, mv, nchunks,
-                  fn);
+                  last_keys, fn);
   } else {
     if (nchunks < C::kCL) return cudaErrorInvalidValue;
     return launch(kernel, dim3(grid.x * C::kCL, grid.y, grid.z), dim3(C::kThreads), C::kSmemBytes,
-                  stream, C::kCL, ma, mk, mv, nchunks, fn);
+                  stream, C::kCL, ma, mk, mv, nchunks, last_keys, fn);
   }
 }
 #endif  // __CUDACC_RTC__

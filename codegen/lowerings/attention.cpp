@@ -60,6 +60,9 @@ class Matcher {
     plan.pv_op = mm2_;
     nt_ = o.nt;
     online(plan);
+    // A last chunk of fewer than 64 keys is masked by setting its extra scores to -inf before the
+    // running max, which only the online form's exp(a (s - m)), a > 0, maps to 0.
+    if (plan.keys % 64 && !plan.online) return false;
     return true;
   }
 
@@ -121,7 +124,9 @@ class Matcher {
     for (int i : {ki, vi})
       if (bg_.inputs[bg_.ops[i].io].dtype != plan.ab) return false;
     if (!is_16bit(plan.ab) || !(plan.ab == DType::F16 ? lossy_f16_ : lossy_bf16_)) return false;
-    if (mt % 64 || d % 64 || d > 256 || dv % 64 || dv > 256 || plan.keys % 64) return false;
+    // Keys per block need not be a multiple of 64: the last chunk's extra keys are masked (online
+    // chains only, checked in run()).
+    if (mt % 64 || d % 64 || d > 256 || dv % 64 || dv > 256) return false;
 
     // The loop walks the keys of K and V; Q does not move.
     if (has_loop_) {
@@ -578,7 +583,7 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   const int64_t tiles = blocks * (a.mt / 64);
   const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
   p.chunk = 64;
-  const int64_t chunks = a.keys / p.chunk;
+  const int64_t chunks = (a.keys + p.chunk - 1) / p.chunk;  // the last one may be partial
   // Few row tiles (decode): an online chain splits each tile's keys over the CTAs of a cluster
   // (up to 8, the portable size) while the CTAs still fit one per SM in one wave, each keeping at
   // least 4 chunks (the ring's pipeline has something to overlap). Clusters of 8 one-SM CTAs
@@ -641,7 +646,7 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   for (const TensorDesc& td : bg.outputs)
     c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
   // The largest CTA share of the tile's chunks sets the time (floor shares differ by one).
-  const int64_t cta_chunks = (a.keys / chunk + cluster - 1) / cluster;
+  const int64_t cta_chunks = ((a.keys + chunk - 1) / chunk + cluster - 1) / cluster;
   const double cta_flops = 2.0 * 64 * double(cta_chunks * chunk) * double(a.d + a.dv);
   c.tc_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv) * double(c.blocks / cluster);
   c.iterations = cta_chunks;
@@ -787,9 +792,11 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
       a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false", min_blocks,
       key_split, cluster);
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
-  L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream);",
+  L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream, "
+      "{});",
       x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),
-      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], a.keys / chunk);
+      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], (a.keys + chunk - 1) / chunk,
+      a.keys - (a.keys + chunk - 1) / chunk * chunk + chunk);
   L.line("if (err != cudaSuccess) return err;");
   L.close();
 }

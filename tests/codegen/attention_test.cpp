@@ -273,7 +273,34 @@ TEST(Attention, ClusterSplitsAChunkCountItDoesNotDivide) {
   EXPECT_EQ(ak->cluster, 4);  // 17 / 4 >= 4 chunks each; 8 would leave 2
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);
-  EXPECT_NE(cu.find(", 17, f, stream);"), std::string::npos);  // the tile's chunks, not a share
+  EXPECT_NE(cu.find(", 17, f, stream, 64);"), std::string::npos);  // the tile's chunks, not a share
+}
+
+// Keys per block not a multiple of 64 (3000 = 25 tiles of 120): the online chain runs 47 chunks,
+// the last with 56 keys (the rest masked); a non-online chain is not lowered (its f could not map a
+// masked score to 0).
+TEST(Attention, AKeyCountNotAMultipleOf64MasksTheLastChunk) {
+  auto graph = [&](Variant v) {
+    KernelGraphBuilder b("attn3000", "", Arch::Sm90a);
+    int q = b.input("Q", {H, M, D}, DType::F16);
+    int k = b.input("K", {H, D, 3000}, DType::F16);
+    int vv = b.input("V", {H, 3000, DV}, DType::F16);
+    int mask = b.input("Mask", {H, M, 3000}, DType::F16);
+    auto bg = std::make_shared<const BlockGraph>(build(v, 128, D, 120, 3000));
+    for (int o : b.graph_defined(bg, {q, k, vv, mask}, "k")) b.output(o);
+    return std::move(b).finish();
+  };
+  KernelGraph g = graph(Variant::Normalized);
+  const AttentionKernel* ak =
+      plan_schedule(g, target_for(Arch::Sm90a)).kernels[0].as<AttentionKernel>();
+  ASSERT_TRUE(ak);
+  EXPECT_TRUE(ak->a.online);
+  EXPECT_EQ(ak->a.keys, 3000);
+  std::string cu = emit_cuda(g);
+  EXPECT_NE(cu.find(", 47, f, stream, 56);"), std::string::npos);
+  EXPECT_FALSE(plan_schedule(graph(Variant::PlusL), target_for(Arch::Sm90a))
+                   .kernels[0]
+                   .as<AttentionKernel>());
 }
 
 // The hand-written attention example is lowered (it is what the nvcc test compiles).
