@@ -788,9 +788,9 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   };
   Code& L = x.launch;
   L.open("{");
-  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}, {}>;", ctype(a.ab), a.d,
-      a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false", min_blocks,
-      key_split, cluster);
+  L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>;", ctype(a.ab),
+      a.d, a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
+      min_blocks, key_split, cluster, a.keys % chunk ? ", true" : "");
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream, "
       "{});",

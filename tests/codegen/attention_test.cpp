@@ -274,6 +274,7 @@ TEST(Attention, ClusterSplitsAChunkCountItDoesNotDivide) {
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);
   EXPECT_NE(cu.find(", 17, f, stream, 64);"), std::string::npos);  // the tile's chunks, not a share
+  EXPECT_EQ(cu.find(", true>;"), std::string::npos);  // full chunks: the unmasked kernel
 }
 
 // Keys per block not a multiple of 64 (3000 = 25 tiles of 120): the online chain runs 47 chunks,
@@ -298,6 +299,7 @@ TEST(Attention, AKeyCountNotAMultipleOf64MasksTheLastChunk) {
   EXPECT_EQ(ak->a.keys, 3000);
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find(", 47, f, stream, 56);"), std::string::npos);
+  EXPECT_NE(cu.find(", true>;"), std::string::npos);  // the masked kernel, only here
   EXPECT_FALSE(plan_schedule(graph(Variant::PlusL), target_for(Arch::Sm90a))
                    .kernels[0]
                    .as<AttentionKernel>());
