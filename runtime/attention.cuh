@@ -20,11 +20,12 @@
 // the range of S (the range rule of the spec format), where exp(s) alone overflows f16 at s > 11.
 //
 // Cluster key split (CL > 1, online only): the CL CTAs of a cluster (cluster dims (CL, 1, 1)) take
-// one 64-row tile's keys in CL equal parts; at the end each publishes its (m, r_j, O) in its own
-// shared memory, and after a cluster barrier every CTA combines a slice of O's columns from all
-// CL partials through distributed shared memory (weights exp(a (m_c - max_c m_c))) and stores
-// it; a second barrier keeps every CTA's shared memory alive until the others have read it. One
-// launch, no workspace: this is what fills the SMs when there are few query tiles (decode).
+// one 64-row tile's chunks in floor shares (differing by at most one); at the end each publishes
+// its (m, r_j, O) in its own shared memory, and after a cluster barrier every CTA combines a slice
+// of O's columns from all CL partials through distributed shared memory (weights exp(a (m_c - max_c
+// m_c))) and stores it; a second barrier keeps every CTA's shared memory alive until the others
+// have read it. One launch, no workspace: this is what fills the SMs when there are few query tiles
+// (decode).
 //
 // Block: a producer warpgroup, then WG x KS consumer warpgroups: WG row groups of 64 rows
 // (consumer rows 64 rg .. 64 rg + 63), each split KS ways over the chunks (consumer ks takes
@@ -91,8 +92,8 @@ struct AttnCfg {
   static constexpr int kConsumers = WG * KS;
   static constexpr int kCL = CL;  // CTAs of a cluster splitting one tile's keys
   // The tile's last chunk may hold fewer than NC keys (masked; online chains only). A template
-  // parameter so that the kernels without a partial chunk are the same code as before (with a
-  // runtime test they ran 3-4% slower on the H100).
+  // parameter, so that kernels without a partial chunk compile to the code they had before the
+  // mask (the runtime-tested version measured 3-4% slower on gqa, on another H100 lease).
   static constexpr bool kMasked = MASKED;
   static constexpr bool kKNMajor = K_NMAJOR, kVNMajor = V_NMAJOR;
   static constexpr int kMinBlocks = MIN_BLOCKS;

@@ -16,14 +16,14 @@ nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 } >"$out/runtime_test_inlined.cu"
 cd "$out"
 # The two targets compile side by side (each is one long single-threaded nvcc run).
+declare -A pid
 for arch in 80 90a; do
   "$nvcc" -std=c++17 -O3 -Werror all-warnings -I "$root/tests/gpu" -gencode=arch=compute_$arch,code=sm_$arch \
     -Xptxas -v -c runtime_test_inlined.cu -o "runtime_test_sm$arch.o" >"ptxas_sm$arch.log" 2>&1 &
-  eval "pid_$arch=$!"
+  pid[$arch]=$!
 done
 for arch in 80 90a; do
-  eval "pid=\$pid_$arch"
-  wait "$pid" || { cat "ptxas_sm$arch.log"; echo "runtime_compile_check: sm_$arch FAILED"; exit 1; }
+  wait "${pid[$arch]}" || { cat "ptxas_sm$arch.log"; echo "runtime_compile_check: sm_$arch FAILED"; exit 1; }
   echo "runtime_compile_check: sm_$arch ok ($(grep -c 'Compiling entry' "ptxas_sm$arch.log") kernels)"
 done
 

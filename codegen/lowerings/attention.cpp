@@ -583,7 +583,7 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   const int64_t tiles = blocks * (a.mt / 64);
   const int64_t q_bytes = 64 * a.d * 2, stage = (a.d + a.dv) * 64 * 2;
   p.chunk = 64;
-  const int64_t chunks = (a.keys + p.chunk - 1) / p.chunk;  // the last one may be partial
+  const int64_t chunks = p.chunks();  // the last one may be partial
   // Few row tiles (decode): an online chain splits each tile's keys over the CTAs of a cluster
   // (up to 8, the portable size) while the CTAs still fit one per SM in one wave, each keeping at
   // least 4 chunks (the ring's pipeline has something to overlap). Clusters of 8 one-SM CTAs
@@ -646,7 +646,7 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   for (const TensorDesc& td : bg.outputs)
     c.dram_write += double(numel(td.shape)) * dtype_bytes(td.dtype);
   // The largest CTA share of the tile's chunks sets the time (floor shares differ by one).
-  const int64_t cta_chunks = ((a.keys + chunk - 1) / chunk + cluster - 1) / cluster;
+  const int64_t cta_chunks = (chunks() + cluster - 1) / cluster;
   const double cta_flops = 2.0 * 64 * double(cta_chunks * chunk) * double(a.d + a.dv);
   c.tc_flops = 2.0 * 64 * double(a.keys) * double(a.d + a.dv) * double(c.blocks / cluster);
   c.iterations = cta_chunks;
@@ -790,13 +790,12 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   L.open("{");
   L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>;", ctype(a.ab),
       a.d, a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
-      min_blocks, key_split, cluster, a.keys % chunk ? ", true" : "");
+      min_blocks, key_split, cluster, last_keys() < chunk ? ", true" : "");
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream, "
       "{});",
       x.ptr(op.inputs[a.q.io]), view(a.q), x.ptr(op.inputs[a.k.io]), view(a.k),
-      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], (a.keys + chunk - 1) / chunk,
-      a.keys - (a.keys + chunk - 1) / chunk * chunk + chunk);
+      x.ptr(op.inputs[a.v.io]), view(a.v), g[0] * sub, g[1], g[2], chunks(), last_keys());
   L.line("if (err != cudaSuccess) return err;");
   L.close();
 }

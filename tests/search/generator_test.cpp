@@ -221,16 +221,7 @@ namespace {
 // 16, whole extents) first: a 16-group attention over 4032 keys (63 chunks of 64) kept its
 // one-group-per-block grid with the 64-key loop; enumeration order had cut it.
 TEST(Generator, ACappedScheduleListKeepsNiceTilesFirst) {
-  KernelGraph spec = parse_spec(R"({"format": "spec/1", "name": "a4032",
-    "inputs": [{"name": "Q", "shape": [16, 256, 64], "dtype": "f16"},
-               {"name": "K", "shape": [16, 64, 4032], "dtype": "f16"},
-               {"name": "V", "shape": [16, 4032, 64], "dtype": "f16"}],
-    "nodes": [{"name": "S", "op": "matmul", "inputs": ["Q", "K"]},
-              {"name": "P", "op": "exp", "inputs": ["S"]},
-              {"name": "L", "op": "sum", "inputs": ["P"], "attrs": {"dim": -1}},
-              {"name": "A", "op": "div", "inputs": ["P", "L"]},
-              {"name": "O", "op": "matmul", "inputs": ["A", "V"]}],
-    "outputs": ["O"]})");
+  KernelGraph spec = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa_keys4032.json");
   PGraph g = expand_spec(spec);
   std::vector<int> grp = canonical_order(g);
   ScheduleOptions all, capped;  // capped: the default 20000

@@ -95,6 +95,9 @@ std::optional<AttentionPlan> match_attention(const BlockGraph& bg, const Target&
 struct AttentionKernel {
   AttentionPlan a;
   int chunk = 64, stages = 4, min_blocks = 2, key_split = 1, cluster = 1;
+  // A tile's chunks (the last may be partial) and the keys of its last one (masked below chunk).
+  int64_t chunks() const { return (a.keys + chunk - 1) / chunk; }
+  int64_t last_keys() const { return a.keys - (chunks() - 1) * chunk; }
   KILN_LOWERING(AttentionKernel);
 };
 
