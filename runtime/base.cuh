@@ -104,6 +104,31 @@ inline cudaError_t require_sm90() {
 }
 #endif  // __CUDACC_RTC__
 
+// ---- Timing probes (diagnostics; compiled out unless KILN_PROBE is defined) ------------------
+// KILN_PROBE_AT(ev) records the global timer (ns) and the SM's cycle counter at event ev (0 ..
+// 31) of the calling CTA, overwriting the previous launch's values; the harness built with
+// -DKILN_PROBE prints, after its timing loop, each event's spread over the CTAs of the last
+// launch (kiln_probe_report). For finding where a latency-bound kernel's time goes, not for
+// measuring it: the probes' stores cost a few cycles each. Events are the kernel's to number.
+#ifdef KILN_PROBE
+#define KILN_PROBE_CTAS 4096
+__device__ unsigned long long kiln_probe_ns[KILN_PROBE_CTAS][32];
+__device__ long long kiln_probe_clk[KILN_PROBE_CTAS][32];
+__device__ __forceinline__ void kiln_probe_at(int ev) {
+  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta >= KILN_PROBE_CTAS || ev < 0 || ev >= 32) return;
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  kiln_probe_ns[cta][ev] = ns;
+  kiln_probe_clk[cta][ev] = clock64();
+}
+#define KILN_PROBE_AT(ev) ::kiln::rt::kiln_probe_at(ev)
+#else
+#define KILN_PROBE_AT(ev) \
+  do {                    \
+  } while (0)
+#endif
+
 // ---- Programmatic dependent launch ---------------------------------------------------------------
 // Every kernel Kiln launches starts with pdl_entry(), and every launch goes through launch()
 // below, which on sm_90 and newer allows programmatic stream serialization: the kernel may be

@@ -88,6 +88,40 @@ static double compare(int o, const void* out, const double* ref, double* acc, cu
   return isnan(e) ? INFINITY : e;
 }
 
+#ifdef KILN_PROBE
+// Built with -DKILN_PROBE: each probe event of the last launch (KILN_PROBE_AT in the runtime),
+// over the CTAs that recorded it: ns after the first CTA's event 0 (min / median / max), and the
+// median of cycles after the CTA's own event 0.
+static void probe_report() {
+  static unsigned long long ns[KILN_PROBE_CTAS][32];
+  static long long clk[KILN_PROBE_CTAS][32];
+  KILN_CK(cudaDeviceSynchronize());
+  KILN_CK(cudaMemcpyFromSymbol(ns, kiln::rt::kiln_probe_ns, sizeof(ns)));
+  KILN_CK(cudaMemcpyFromSymbol(clk, kiln::rt::kiln_probe_clk, sizeof(clk)));
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < KILN_PROBE_CTAS; ++c)
+    if (ns[c][0] && ns[c][0] < t0) t0 = ns[c][0];
+  for (int ev = 0; ev < 32; ++ev) {
+    static double v[KILN_PROBE_CTAS], w[KILN_PROBE_CTAS];
+    int n = 0;
+    for (int c = 0; c < KILN_PROBE_CTAS; ++c)
+      if (ns[c][ev] && ns[c][0]) {
+        v[n] = (double)(long long)(ns[c][ev] - t0);
+        w[n++] = (double)(clk[c][ev] - clk[c][0]);
+      }
+    if (n == 0) continue;
+    auto sort = [](double* a, int m) {
+      for (int i = 1; i < m; ++i)
+        for (int j = i; j > 0 && a[j - 1] > a[j]; --j) { double x = a[j]; a[j] = a[j - 1]; a[j - 1] = x; }
+    };
+    sort(v, n);
+    sort(w, n);
+    printf("probe ev=%d ctas=%d ns min=%.0f med=%.0f max=%.0f cycles_from_own_ev0 med=%.0f max=%.0f\n",
+           ev, n, v[0], v[n / 2], v[n - 1], w[n / 2], w[n - 1]);
+  }
+}
+#endif
+
 int main(int argc, char** argv) {
   bool check_only = false, no_check = false, kernel_only = false;
   uint64_t seed = kDefaultSeed;
@@ -263,6 +297,9 @@ int main(int argc, char** argv) {
     printf("timing: %d calls per graph, %d input copies (%.1f MB each), %d repeats, min %.2f us, median %.2f us\n",
            calls, copies, per / 1e6, repeats, repeats ? t[0] : NAN, median_us);
   }
+#ifdef KILN_PROBE
+  if (!check_only) probe_report();
+#endif
   // err is the largest error of the checks that counted: nan when every check was exempt.
   printf("KILN_RESULT name=%s ok=%d err=%.3e us=%.2f calls=%d copies=%d checks=%d exempt=%d\n",
          kName, ok ? 1 : 0, checks_run > 0 && exempt == checks_run ? NAN : max_err, median_us,
