@@ -21,11 +21,11 @@
 //
 // Cluster key split (CL > 1, online only): the CL CTAs of a cluster (cluster dims (CL, 1, 1)) take
 // one 64-row tile's chunks in floor shares (differing by at most one); at the end each publishes
-// its (m, r_j, O) in its own shared memory, and after a cluster barrier every CTA combines a slice
-// of O's columns from all CL partials through distributed shared memory (weights exp(a (m_c - max_c
-// m_c))) and stores it; a second barrier keeps every CTA's shared memory alive until the others
-// have read it. One launch, no workspace: this is what fills the SMs when there are few query tiles
-// (decode).
+// its (m, r_j, O) in its own shared memory (a CTA's two key-split consumers combine theirs there
+// first), and after a cluster barrier every CTA combines a slice of O's columns from all CL
+// partials through distributed shared memory (weights exp(a (m_c - max_c m_c))) and stores it; a
+// second barrier keeps every CTA's shared memory alive until the others have read it. One
+// launch, no workspace: this is what fills the SMs when there are few query tiles (decode).
 //
 // Block: a producer warpgroup, then WG x KS consumer warpgroups: WG row groups of 64 rows
 // (consumer rows 64 rg .. 64 rg + 63), each split KS ways over the chunks (consumer ks takes
@@ -118,12 +118,11 @@ struct AttnCfg {
   static_assert(NC % 64 == 0 && NC <= 256, "NC: whole panels, one wgmma wide");
   // A consumer releases its chunk i's stage while it awaits its chunk i + 2 (STAGES per ring).
   static_assert(STAGES >= 3, "stages");
-  // With a key split, the other consumers' partials (O and up to 4 row feeds per thread) pass
-  // through the ring once it is idle.
-  // Partials per consumer thread: O (DV / 2), up to 4 row feeds and the running max for 2 rows.
-  static constexpr int kVals = DV / 2 + 2 * 4 + 2;
-  static constexpr int kKsScratchBytes = WG * (KS - 1) * 128 * kVals * 4;
-  static_assert(kKsScratchBytes + (CL > 1 ? 128 * kVals * 4 : 0) <= KS * STAGES * kStageBytes,
+  // With a key split (in the CTA or the cluster), each consumer's partials (per thread: O's
+  // DV / 2 values, up to 4 row feeds and the running max of 2 rows, in float4 units) pass
+  // through its own ring once it is idle.
+  static_assert(KS * CL == 1 ||
+                    128 * 16 * (DV / 8 + 3) * (CL > 1 && KS > 1 ? 2 : 1) <= STAGES * kStageBytes,
                 "rings");
   static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "cluster: 1, 2, 4 or 8 CTAs");
   static_assert(CL == 1 || WG == 1, "a cluster key split has one row group per CTA");
@@ -171,6 +170,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
                 const __grid_constant__ TmaDesc map_v, int nchunks_tile, int last_keys, Fn fn) {
   pdl_entry();  // before any load or store (base.cuh)
+  // Probe events (KILN_PROBE builds only): 0 after pdl_entry, 2 barriers ready,
+  // 3 / 12 consumer 0 / 1 has A, 4 / 13 its first chunk, 5 consumer 0's first softmax, 6 / 7
+  // consumer 0 / 1 done with its chunks, 9 partials published (after the barrier), 10 outputs
+  // stored, 11 end; 14 the producer's last load issued; 16 + 2 i / 17 + 2 i consumer 0 waits
+  // for / has its local chunk i + 1.
+  if (threadIdx.x == 0) {
+    KILN_PROBE_AT(0);
+    // The maps are kernel parameters: fetched while the barriers are set up, not by the first
+    // TMA copy.
+    tma_prefetch_desc(&map_a);
+    tma_prefetch_desc(&map_k);
+    tma_prefetch_desc(&map_v);
+  }
   using T = typename C::T;
   constexpr int S = C::kStages, BM = C::kBM, D = C::kD, DV = C::kDV, NC = C::kNC;
   constexpr int R = Fn::kRows > 0 ? Fn::kRows : 1;
@@ -202,6 +214,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     fence_mbar_init();
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
+  if (threadIdx.x == 0) KILN_PROBE_AT(2);
   // With a cluster key split, CTA c of a cluster (blockIdx.x = tile * CL + c) walks chunks
   // floor(c T / CL) .. floor((c + 1) T / CL) - 1 of its tile's T = nchunks_tile chunks (shares
   // differ by at most one where CL does not divide T).
@@ -218,9 +231,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     const int k = warp;
     if ((tid & 31) != 0 || k >= KS) return;
     if (k == 0) {
-      tma_prefetch_desc(&map_a);
-      tma_prefetch_desc(&map_k);
-      tma_prefetch_desc(&map_v);
       mbar_arrive_expect_tx(&a_full, C::kABytes);
 #pragma unroll
       for (int p = 0; p < D / 64; ++p)
@@ -253,6 +263,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           tma_load_2d(sv + p * DV * 128, &map_v, co.v_row, co.v_col + j * NC + 64 * p, bar);
       }
     }
+    if (k == 0) KILN_PROBE_AT(14);
     return;
   }
 
@@ -262,6 +273,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int cw = (warp >> 2) - 1, rg = cw / KS, ks = cw % KS;
   const int w = warp & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int nlocal = (nchunks - ks + KS - 1) / KS;
+  const bool probe = w == 0 && lane == 0;  // the thread that records probe events
+  (void)probe;
   const uint32_t a_base = smem_u32(smem) + rg * 64 * 128;
   const uint32_t ring_base = smem_u32(rings) + ks * S * C::kStageBytes;
   // O's first wgmma overwrites it (scale-d 0): no zeroing instructions inside the wgmma pipeline,
@@ -431,7 +444,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   };
   auto step = [&](float(&nxt)[NC / 2], uint32_t(&pc)[NC / 16][4], uint32_t(&pn)[NC / 16][4],
                   int i) {
+    if (probe && ks == 0) KILN_PROBE_AT(16 + 2 * i);
     mbar_wait(&full[ks][(i + 1) % S], ((i + 1) / S) & 1);
+    if (probe && ks == 0) KILN_PROBE_AT(17 + 2 * i);
     turn_begin();
     issue_s(nxt, i + 1);
     issue_o(pc, i);
@@ -452,12 +467,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   float s0[NC / 2], s1[NC / 2];
   uint32_t p0[NC / 16][4], p1[NC / 16][4];
   mbar_wait(&a_full, 0);
+  if (probe) KILN_PROBE_AT(ks == 0 ? 3 : 12);
   if (pingpong && ks == 1) named_barrier_arrive(3, 256);  // consumer 0 takes the first turn
   if (nlocal > 0) {
     mbar_wait(&full[ks][0], 0);
+    if (probe) KILN_PROBE_AT(ks == 0 ? 4 : 13);
     issue_s(s0, 0);
     wgmma_wait<0>();
     softmax(s0, p0, 0);
+    if (probe && ks == 0) KILN_PROBE_AT(5);
     int i = 0;
     for (; i + 2 < nlocal; i += 2) {
       step(s1, p0, p1, i);
@@ -475,117 +493,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int q = 0; q < DV / 2; ++q) o[q] = 0.0f;  // no chunk for this consumer
   }
 
-  constexpr int kVals = C::kVals;
-  float* scratch = reinterpret_cast<float*>(rings);
-  const int tw = tid & 127;
-  // A consumer thread's partials in shared memory, one float every 128 (the warpgroup's threads
-  // interleaved): O value i at slot i, row h's feed q at feed_slot(h, q), its max at max_slot(h).
-  // The in-CTA key split and the cluster split publish and read the same layout.
-  auto feed_slot = [](int h, int q) { return DV / 2 + h * R + q; };
-  auto max_slot = [](int h) { return DV / 2 + 2 * R + h; };
-  auto publish = [&](float* p) {
-#pragma unroll
-    for (int i = 0; i < DV / 2; ++i) p[i * 128] = o[i];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int q = 0; q < R; ++q) p[feed_slot(h, q) * 128] = r[h][q];
-      p[max_slot(h) * 128] = mrow[h];
-    }
-  };
-  if constexpr (KS > 1) {
-    // The row group's other consumers hand their partials to consumer ks = 0 through the ring,
-    // idle once every consumer has waited for its last wgmma (the first barrier); summed in a
-    // fixed order, so results are deterministic. Online partials carry their row max and are
-    // rescaled to the larger one.
-    named_barrier(1, C::kConsumers * 128);
-    if (ks > 0) publish(scratch + (rg * (KS - 1) + ks - 1) * kVals * 128 + tw);
-    named_barrier(1, C::kConsumers * 128);
-    if (ks > 0) return;
-    for (int k = 1; k < KS; ++k) {
-      const float* p = scratch + (rg * (KS - 1) + k - 1) * kVals * 128 + tw;
-      float c0[2] = {1.0f, 1.0f}, c1[2] = {1.0f, 1.0f};
-      if constexpr (Fn::kOnline)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float mk = p[max_slot(h) * 128], mx = fmaxf(mrow[h], mk);
-          c0[h] = attn_rescale(mrow[h], mx, Fn::kExpScale);
-          c1[h] = attn_rescale(mk, mx, Fn::kExpScale);
-          mrow[h] = mx;
-        }
-#pragma unroll
-      for (int i = 0; i < DV / 2; ++i) {
-        const int h = (i >> 1) & 1;  // o[4 n8 + 2 h + e] is row h
-        o[i] = o[i] * c0[h] + p[i * 128] * c1[h];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < R; ++q) r[h][q] = r[h][q] * c0[h] + p[feed_slot(h, q) * 128] * c1[h];
-    }
-  }
+  if (probe) KILN_PROBE_AT(ks == 0 ? 6 : 7);
 
-  // Each row's feed is spread over the 4 lanes of a quad (their columns 2t, 2t + 1 of every n8
-  // block); sums regroup exactly, so the quad sum runs once, here.
+    // Each row's feed is spread over the 4 lanes of a quad (their columns 2t, 2t + 1 of every n8
+    // block); sums regroup exactly, so the quad sum runs once, here.
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int q = 0; q < R; ++q) r[h][q] = warp_sum<4>(r[h][q]);
   const int m0 = 64 * rg + 16 * w + g;
+  const int tw = tid & 127;
 
-  if constexpr (CL > 1) {
-    // Cluster key split: publish this CTA's partials in its ring (idle: the consumer's wgmmas and
-    // copies are all done once its threads pass the barrier; with a key split in the CTA only
-    // consumer 0 is left, the others have exited), then every CTA combines the O columns of n8
-    // blocks [b0, b1) (and rank 0 the row outputs) from all CL partials.
-    named_barrier(2, 128);
-    float* mine = scratch + C::kKsScratchBytes / 4 + tw;
-    publish(mine);
-    cluster_arrive();
-    cluster_wait();
-    const uint32_t mine_addr = smem_u32(mine);
-    auto remote = [&](int c, int v) { return dsmem_load(dsmem_map(mine_addr + v * 512, c)); };
-    float mx[2] = {-KILN_INF, -KILN_INF}, wt[CL][2];
-#pragma unroll
-    for (int c = 0; c < CL; ++c)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        wt[c][h] = remote(c, max_slot(h));
-        mx[h] = fmaxf(mx[h], wt[c][h]);
-      }
-#pragma unroll
-    for (int c = 0; c < CL; ++c)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) wt[c][h] = attn_rescale(wt[c][h], mx[h], Fn::kExpScale);
-    float rr[2][R];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < R; ++q) {
-        rr[h][q] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CL; ++c) rr[h][q] += wt[c][h] * remote(c, feed_slot(h, q));
-      }
-    constexpr int kBlocksPer = (DV / 8 + CL - 1) / CL;
-    const int b0 = crank * kBlocksPer, b1 = min_i(DV / 8, b0 + kBlocksPer);
-    for (int i = b0; i < b1; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CL; ++c) {
-          v0 += wt[c][h] * remote(c, 4 * i + 2 * h);
-          v1 += wt[c][h] * remote(c, 4 * i + 2 * h + 1);
-        }
-        fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, v0, v1, rr[h]);
-      }
-    if (crank == 0 && t == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, rr[h]);
-    // No CTA leaves (and frees its shared memory) before every CTA has read it.
-    cluster_arrive();
-    cluster_wait();
-  } else {
+  if constexpr (KS * CL == 1) {
+    // One partial per row: this consumer's own results are the tile's.
 #pragma unroll
     for (int i = 0; i < DV / 8; ++i)
 #pragma unroll
@@ -595,6 +515,204 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (t == 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, r[h]);
+    if (probe) KILN_PROBE_AT(11);
+  } else {
+    // KS x CL online partials per row (the key-split consumers of the CL CTAs of a cluster). Each
+    // consumer publishes its (O, m, r_j) in its own ring (idle: its wgmmas and copies are done) as
+    // float4 units, unit u of thread tw at (u * 128 + tw) * 16 bytes: unit i < DV / 8 is O's n8
+    // block i (rows h = 0, 1: o[4 i] .. o[4 i + 3]), unit DV / 8 is (m_0, m_1, r_0[0], r_1[0])
+    // (the same in the 4 lanes of a quad), and units after it the other feeds, two per row.
+    // Partials combine rescaled to their common max (weights exp(a (m_p - max_p m_p))), summed in
+    // a fixed order, so the results are deterministic.
+    //   CL = 1: after the consumers' barrier, each consumer combines both partials of a share of
+    //   the n8 blocks and stores them.
+    //   CL > 1: the CTA's partials first combine in shared memory (with two consumers: each
+    //   combines half the blocks into a CTA slot), then, after a cluster barrier, each CTA reads
+    //   the CL CTA partials of its share of the blocks through distributed shared memory and
+    //   stores them. Distributed shared memory is slow for its bytes (measured on gqa bs 1, H100:
+    //   16 partials of 4 KB per CTA 2.4-2.9 us, 8 partials 1.3 us), so it carries one partial per
+    //   CTA, and the quad-shared (m, r) units are read by one lane of the quad and shuffled. The
+    //   second cluster barrier, which keeps every CTA's shared memory alive until the others have
+    //   read it, is arrived at once the loads are done, before the stores, and waited for after.
+    constexpr int kBlocks = DV / 8, kMR = DV / 8;
+    constexpr int kUnits = kMR + 1 + (R > 1 ? (2 * (R - 1) + 3) / 4 : 0);
+    constexpr int kSlotBytes = kUnits * 128 * 16;
+    constexpr bool kPre = CL > 1 && KS > 1;  // the CTA's partials combine first
+    static_assert(kSlotBytes * (kPre ? 2 : 1) <= S * C::kStageBytes, "partials fit a ring");
+    auto slot = [&](int k) {
+      return reinterpret_cast<float4*>(rings + k * S * C::kStageBytes) + tw;
+    };
+    float4* const cta_slot = reinterpret_cast<float4*>(rings + kSlotBytes) + tw;  // kPre only
+    // Writes (m, r) (and the other feeds) as units kMR.. of a slot.
+    auto put_rows = [&](float4* dst, const float(&m)[2], const float(&rf)[2][R]) {
+      dst[kMR * 128] = make_float4(m[0], m[1], rf[0][0], rf[1][0]);
+      if constexpr (R > 1) {
+        float extra[(kUnits - kMR - 1) * 4] = {};
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 1; q < R; ++q) extra[h * (R - 1) + q - 1] = rf[h][q];
+#pragma unroll
+        for (int u = 0; u < kUnits - kMR - 1; ++u)
+          dst[(kMR + 1 + u) * 128] =
+              make_float4(extra[4 * u], extra[4 * u + 1], extra[4 * u + 2], extra[4 * u + 3]);
+      }
+    };
+    // (m, r) (and the other feeds) from a slot's units kMR.. (read into u).
+    constexpr int kRowUnits = kUnits - kMR;
+    auto get_rows = [&](const float4(&u)[kRowUnits], float(&m)[2], float(&rf)[2][R]) {
+      m[0] = u[0].x, m[1] = u[0].y, rf[0][0] = u[0].z, rf[1][0] = u[0].w;
+      if constexpr (R > 1) {
+        float extra[(kRowUnits - 1) * 4];
+#pragma unroll
+        for (int j = 1; j < kRowUnits; ++j) {
+          extra[4 * j - 4] = u[j].x, extra[4 * j - 3] = u[j].y;
+          extra[4 * j - 2] = u[j].z, extra[4 * j - 1] = u[j].w;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int q = 1; q < R; ++q) rf[h][q] = extra[h * (R - 1) + q - 1];
+      }
+    };
+    {
+      float4* mine = slot(ks);
+#pragma unroll
+      for (int i = 0; i < kBlocks; ++i)
+        mine[i * 128] = make_float4(o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]);
+      put_rows(mine, mrow, r);
+    }
+    if constexpr (kPre) {
+      named_barrier(1, C::kConsumers * 128);
+      float m[KS][2], rf[KS][2][R], wt[KS][2], mx[2], rc[2][R];
+#pragma unroll
+      for (int k = 0; k < KS; ++k) {
+        float4 u[kRowUnits];
+#pragma unroll
+        for (int j = 0; j < kRowUnits; ++j) u[j] = slot(k)[(kMR + j) * 128];
+        get_rows(u, m[k], rf[k]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = -KILN_INF;
+#pragma unroll
+        for (int k = 0; k < KS; ++k) mx[h] = fmaxf(mx[h], m[k][h]);
+#pragma unroll
+        for (int k = 0; k < KS; ++k) wt[k][h] = attn_rescale(m[k][h], mx[h], Fn::kExpScale);
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          rc[h][q] = 0.0f;
+#pragma unroll
+          for (int k = 0; k < KS; ++k) rc[h][q] += wt[k][h] * rf[k][h][q];
+        }
+      }
+      for (int i = ks; i < kBlocks; i += KS) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+          const float4 x = slot(k)[i * 128];
+          v.x += wt[k][0] * x.x, v.y += wt[k][0] * x.y, v.z += wt[k][1] * x.z,
+              v.w += wt[k][1] * x.w;
+        }
+        cta_slot[i * 128] = v;
+      }
+      if (ks == 0) put_rows(cta_slot, mx, rc);
+    }
+    if constexpr (CL > 1) {
+      cluster_arrive();
+      cluster_wait();
+    } else {
+      named_barrier(1, C::kConsumers * 128);
+    }
+    if (probe) KILN_PROBE_AT(9);
+    // Partial p: kPre: CTA p's combined slot; else consumer p / CL of cluster CTA p % CL.
+    constexpr int P = kPre ? CL : KS * CL;
+    auto part = [&](int p, int u) -> float4 {
+      const float4* src = kPre ? cta_slot : slot(p / CL);
+      if constexpr (CL > 1)
+        return dsmem_load4(dsmem_map(smem_u32(src + u * 128), p % CL));
+      else
+        return src[u * 128];
+    };
+    // This CTA's n8 blocks [b0, b1), dealt to the consumers that take part in turn: consumer ks
+    // takes b0 + ks, b0 + ks + KS, ... (kMine of them at most).
+    constexpr int kBlocksPer = (kBlocks + CL - 1) / CL;
+    constexpr int kMine = (kBlocksPer + KS - 1) / KS;
+    const int b0 = crank * kBlocksPer, b1 = min_i(kBlocks, b0 + kBlocksPer);
+    const bool rows_here = crank == 0 && ks == 0;  // the row outputs' CTA and consumer
+    if (b0 + ks < b1 || rows_here) {
+      float m[P][2], rf[P][2][R];
+      const bool leader = CL == 1 || t == 0;  // (m, r) is the same in the 4 lanes of a quad
+      float4 u[P][kRowUnits];
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int j = 0; j < kRowUnits; ++j)
+          u[p][j] = leader ? part(p, kMR + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float4 ov[kMine][P];
+#pragma unroll
+      for (int j = 0; j < kMine; ++j) {
+        const int i = b0 + ks + j * KS;
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+          ov[j][p] = i < b1 ? part(p, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int p = 0; p < P; ++p) get_rows(u[p], m[p], rf[p]);
+      if constexpr (CL > 1) {
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m[p][h] = __shfl_sync(0xffffffffu, m[p][h], lane & ~3);
+#pragma unroll
+            for (int q = 0; q < R; ++q)
+              rf[p][h][q] = __shfl_sync(0xffffffffu, rf[p][h][q], lane & ~3);
+          }
+        // Release: every load above is done before any CTA of the cluster may leave.
+        cluster_arrive();
+      }
+      float wt[2][P], rr[2][R];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = -KILN_INF;
+#pragma unroll
+        for (int p = 0; p < P; ++p) mx = fmaxf(mx, m[p][h]);
+#pragma unroll
+        for (int p = 0; p < P; ++p) wt[h][p] = attn_rescale(m[p][h], mx, Fn::kExpScale);
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          rr[h][q] = 0.0f;
+#pragma unroll
+          for (int p = 0; p < P; ++p) rr[h][q] += wt[h][p] * rf[p][h][q];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMine; ++j) {
+        const int i = b0 + ks + j * KS;
+        if (i >= b1) break;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          v[0] += wt[0][p] * ov[j][p].x;
+          v[1] += wt[0][p] * ov[j][p].y;
+          v[2] += wt[1][p] * ov[j][p].z;
+          v[3] += wt[1][p] * ov[j][p].w;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, v[2 * h], v[2 * h + 1],
+                    rr[h]);
+      }
+      if (rows_here && t == 0)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, rr[h]);
+    } else if constexpr (CL > 1) {
+      cluster_arrive();  // nothing to combine here
+    }
+    if (probe) KILN_PROBE_AT(10);
+    if constexpr (CL > 1) cluster_wait();
+    if (probe) KILN_PROBE_AT(11);
   }
 }
 

@@ -237,14 +237,15 @@ TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
   const AttentionKernel* ak = s.kernels[0].as<AttentionKernel>();
   ASSERT_TRUE(ak);
   // Two 64-row tiles per block, 16 tiles: each tile's 16 key chunks split over a cluster of 4
-  // CTAs (8 would leave 2 chunks per CTA) -> 64 CTAs, each with two consumers splitting again.
+  // CTAs (8 would leave 2 chunks per CTA) -> 64 CTAs of one consumer (4 chunks each is too short
+  // a chain to split again), two of them per SM where they fit.
   EXPECT_EQ(ak->cluster, 4);
-  EXPECT_EQ(ak->key_split, 2);
+  EXPECT_EQ(ak->key_split, 1);
   EXPECT_EQ(s.kernels[0].grid, H * (M / 128) * 2 * 4);
   std::string cu = emit_cuda(g);
   EXPECT_NE(cu.find("kiln::rt::attn_launch<Cfg>"), std::string::npos);
   EXPECT_NE(cu.find("static constexpr bool kOnline = true;"), std::string::npos);
-  EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);  // min blocks, splits, cluster
+  EXPECT_NE(cu.find("true, true, 2, 1, 4>"), std::string::npos);  // min blocks, splits, cluster
   // O / L + L is not scale-free: no online form, so no cluster split.
   const AttentionKernel* pk = plan_schedule(graph_of(Variant::PlusL), target_for(Arch::Sm90a))
                                   .kernels[0]
@@ -263,6 +264,21 @@ TEST(Attention, PlannerAndEmitterUseItWhereRoundingPIsAllowed) {
   EXPECT_FALSE(plan_schedule(g32, target_for(Arch::Sm90a)).kernels[0].as<AttentionKernel>());
 }
 
+// Two consumers split a CTA's chunks only where the chain is long (16 chunks per CTA or more; the
+// H100 measurements are in the planner): 256 chunks over clusters of 4 leave 64 per CTA.
+TEST(Attention, TwoConsumersSplitOnlyLongChains) {
+  for (int64_t n : {int64_t(1024), int64_t(16384)}) {
+    const AttentionKernel* ak =
+        plan_schedule(graph_of(Variant::Normalized, n), target_for(Arch::Sm90a))
+            .kernels[0]
+            .as<AttentionKernel>();
+    ASSERT_TRUE(ak);
+    EXPECT_EQ(ak->cluster, 4) << n;
+    EXPECT_EQ(ak->key_split, n / 64 / ak->cluster >= 16 ? 2 : 1) << n;
+    EXPECT_EQ(ak->key_split, n == 16384 ? 2 : 1) << n;
+  }
+}
+
 // A key count the cluster does not divide (17 chunks of 64): the CTAs take shares of 4 and 5
 // chunks, so the cluster still fills the SMs (it used to stay at 1: 16 CTAs walking 17 chunks).
 TEST(Attention, ClusterSplitsAChunkCountItDoesNotDivide) {
@@ -272,7 +288,7 @@ TEST(Attention, ClusterSplitsAChunkCountItDoesNotDivide) {
   ASSERT_TRUE(ak);
   EXPECT_EQ(ak->cluster, 4);  // 17 / 4 >= 4 chunks each; 8 would leave 2
   std::string cu = emit_cuda(g);
-  EXPECT_NE(cu.find("true, true, 1, 2, 4>"), std::string::npos);
+  EXPECT_NE(cu.find("true, true, 2, 1, 4>"), std::string::npos);
   EXPECT_NE(cu.find(", 17, f, stream, 64);"), std::string::npos);  // the tile's chunks, not a share
   EXPECT_EQ(cu.find(", true>;"), std::string::npos);  // full chunks: the unmasked kernel
 }
