@@ -20,12 +20,12 @@
 // the range of S (the range rule of the spec format), where exp(s) alone overflows f16 at s > 11.
 //
 // Cluster key split (CL > 1, online only): the CL CTAs of a cluster (cluster dims (CL, 1, 1)) take
-// one 64-row tile's chunks in floor shares (differing by at most one); at the end each publishes
-// its (m, r_j, O) in its own shared memory (a CTA's two key-split consumers combine theirs there
-// first), and after a cluster barrier every CTA combines a slice of O's columns from all CL
-// partials through distributed shared memory (weights exp(a (m_c - max_c m_c))) and stores it; a
-// second barrier keeps every CTA's shared memory alive until the others have read it. One
-// launch, no workspace: this is what fills the SMs when there are few query tiles (decode).
+// one 64-row tile's chunks in floor shares (differing by at most one); at the end each CTA (its two
+// key-split consumers' partials combined first, in shared memory) pushes its (m, r_j, O) into the
+// CTAs that own O's column slices, through distributed shared memory stores (weights exp(a (m_c -
+// max_c m_c)) applied by the owner); after one cluster barrier every CTA combines its slice from
+// its own shared memory and stores it. One launch, no workspace, one barrier: this is what fills
+// the SMs when there are few query tiles (decode).
 //
 // Block: a producer warpgroup, then WG x KS consumer warpgroups: WG row groups of 64 rows
 // (consumer rows 64 rg .. 64 rg + 63), each split KS ways over the chunks (consumer ks takes
@@ -101,7 +101,13 @@ struct AttnCfg {
   static constexpr int kABytes = kBM * D * 2;
   static constexpr int kKBytes = D * NC * 2, kVBytes = NC * DV * 2;
   static constexpr int kStageBytes = kKBytes + kVBytes;
-  static constexpr int kSmemBytes = kABytes + KS * STAGES * kStageBytes + 1024;  // + alignment
+  // Cluster key split: each CTA receives, for its share of O's n8 column blocks, every CTA's
+  // partial (those blocks and one (m, r) unit) as float4 units of its 128 consumer threads.
+  static constexpr int kBlocksPerCta = (DV / 8 + CL - 1) / CL;
+  static constexpr int kRecvUnits = kBlocksPerCta + 1;
+  static constexpr int kRecvBytes = CL > 1 ? CL* kRecvUnits * 128 * 16 : 0;
+  static constexpr int kRecvOffset = kABytes + KS * STAGES * kStageBytes;
+  static constexpr int kSmemBytes = kRecvOffset + kRecvBytes + 1024;  // + alignment
   // Registers: the launch bounds give every thread kEntryRegs; the producer warpgroup gives back
   // all but kProducerRegs and the consumers take them (setmaxnreg), when that is more.
   static constexpr int kEntryRegs0 = 65536 / (MIN_BLOCKS * kThreads) / 8 * 8;
@@ -121,9 +127,7 @@ struct AttnCfg {
   // With a key split (in the CTA or the cluster), each consumer's partials (per thread: O's
   // DV / 2 values, up to 4 row feeds and the running max of 2 rows, in float4 units) pass
   // through its own ring once it is idle.
-  static_assert(KS * CL == 1 ||
-                    128 * 16 * (DV / 8 + 3) * (CL > 1 && KS > 1 ? 2 : 1) <= STAGES * kStageBytes,
-                "rings");
+  static_assert(KS * CL == 1 || 128 * 16 * (DV / 8 + 3) <= STAGES * kStageBytes, "rings");
   static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "cluster: 1, 2, 4 or 8 CTAs");
   static_assert(CL == 1 || WG == 1, "a cluster key split has one row group per CTA");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
@@ -215,6 +219,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
   if (threadIdx.x == 0) KILN_PROBE_AT(2);
+  // A CTA's shared memory may be written by the cluster only once that CTA runs: every thread
+  // arrives here, and the consumers wait before their first remote store (long after, in
+  // practice, so the wait costs nothing).
+  if constexpr (C::kCL > 1) cluster_arrive_relaxed();
   // With a cluster key split, CTA c of a cluster (blockIdx.x = tile * CL + c) walks chunks
   // floor(c T / CL) .. floor((c + 1) T / CL) - 1 of its tile's T = nchunks_tile chunks (shares
   // differ by at most one where CL does not divide T).
@@ -517,49 +525,46 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, r[h]);
     if (probe) KILN_PROBE_AT(11);
   } else {
-    // KS x CL online partials per row (the key-split consumers of the CL CTAs of a cluster). Each
-    // consumer publishes its (O, m, r_j) in its own ring (idle: its wgmmas and copies are done) as
-    // float4 units, unit u of thread tw at (u * 128 + tw) * 16 bytes: unit i < DV / 8 is O's n8
-    // block i (rows h = 0, 1: o[4 i] .. o[4 i + 3]), unit DV / 8 is (m_0, m_1, r_0[0], r_1[0])
-    // (the same in the 4 lanes of a quad), and units after it the other feeds, two per row.
-    // Partials combine rescaled to their common max (weights exp(a (m_p - max_p m_p))), summed in
-    // a fixed order, so the results are deterministic.
-    //   CL = 1: after the consumers' barrier, each consumer combines both partials of a share of
-    //   the n8 blocks and stores them.
-    //   CL > 1: the CTA's partials first combine in shared memory (with two consumers: each
-    //   combines half the blocks into a CTA slot), then, after a cluster barrier, each CTA reads
-    //   the CL CTA partials of its share of the blocks through distributed shared memory and
-    //   stores them. Distributed shared memory is slow for its bytes (measured on gqa bs 1, H100:
-    //   16 partials of 4 KB per CTA 2.4-2.9 us, 8 partials 1.3 us), so it carries one partial per
-    //   CTA, and the quad-shared (m, r) units are read by one lane of the quad and shuffled. The
-    //   second cluster barrier, which keeps every CTA's shared memory alive until the others have
-    //   read it, is arrived at once the loads are done, before the stores, and waited for after.
+    // KS x CL online partials per row (the key-split consumers of the CL CTAs of a cluster), as
+    // float4 units of the consumer threads: unit i < DV / 8 is O's n8 block i (rows h = 0, 1:
+    // o[4 i] .. o[4 i + 3]), unit DV / 8 is (m_0, m_1, r_0[0], r_1[0]) (the same in the 4 lanes
+    // of a quad), and units after it the other feeds, two per row. Partials combine rescaled to
+    // their common max (weights exp(a (m_p - max_p m_p))), summed in a fixed order, so the
+    // results are deterministic.
+    //   CL = 1 (two consumers): each consumer publishes its partial in its own ring (idle: its
+    //   wgmmas and copies are done), unit u of thread tw at (u * 128 + tw) * 16 bytes; after the
+    //   consumers' barrier each combines both partials for half of the n8 blocks and stores them.
+    //   CL > 1: the CTA's own partial (with two consumers, first combined through their rings,
+    //   each consumer half the blocks) is pushed, block by block, into the receive area of the
+    //   CTA that owns the block (CTA q owns blocks [q kBlocksPerCta, (q + 1) kBlocksPerCta)),
+    //   and its (m, r) unit into every owner's (by one lane per quad), with 16-byte distributed
+    //   shared memory stores; one cluster barrier (release / acquire) makes them visible, and
+    //   every CTA combines its blocks from its own shared memory. No CTA reads another's shared
+    //   memory: no second barrier, no exit hazard. Measured on gqa bs 1, H100 (session 17):
+    //   pulling the partials through distributed shared memory instead (loads, two barriers)
+    //   took 1.3 us for 8 partials of 4 KB per CTA, 2.4-2.9 us for 16.
     constexpr int kBlocks = DV / 8, kMR = DV / 8;
-    constexpr int kUnits = kMR + 1 + (R > 1 ? (2 * (R - 1) + 3) / 4 : 0);
-    constexpr int kSlotBytes = kUnits * 128 * 16;
-    constexpr bool kPre = CL > 1 && KS > 1;  // the CTA's partials combine first
-    static_assert(kSlotBytes * (kPre ? 2 : 1) <= S * C::kStageBytes, "partials fit a ring");
+    constexpr int kRowUnits = 1 + (R > 1 ? (2 * (R - 1) + 3) / 4 : 0);
+    static_assert(CL == 1 || R == 1, "a cluster key split carries one row feed");
     auto slot = [&](int k) {
       return reinterpret_cast<float4*>(rings + k * S * C::kStageBytes) + tw;
     };
-    float4* const cta_slot = reinterpret_cast<float4*>(rings + kSlotBytes) + tw;  // kPre only
-    // Writes (m, r) (and the other feeds) as units kMR.. of a slot.
-    auto put_rows = [&](float4* dst, const float(&m)[2], const float(&rf)[2][R]) {
-      dst[kMR * 128] = make_float4(m[0], m[1], rf[0][0], rf[1][0]);
+    // Packs (m, r) (and the other feeds) into units.
+    auto pack_rows = [&](const float(&m)[2], const float(&rf)[2][R], float4(&u)[kRowUnits]) {
+      u[0] = make_float4(m[0], m[1], rf[0][0], rf[1][0]);
       if constexpr (R > 1) {
-        float extra[(kUnits - kMR - 1) * 4] = {};
+        float extra[(kRowUnits - 1) * 4] = {};
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int q = 1; q < R; ++q) extra[h * (R - 1) + q - 1] = rf[h][q];
 #pragma unroll
-        for (int u = 0; u < kUnits - kMR - 1; ++u)
-          dst[(kMR + 1 + u) * 128] =
-              make_float4(extra[4 * u], extra[4 * u + 1], extra[4 * u + 2], extra[4 * u + 3]);
+        for (int j = 1; j < kRowUnits; ++j)
+          u[j] =
+              make_float4(extra[4 * j - 4], extra[4 * j - 3], extra[4 * j - 2], extra[4 * j - 1]);
       }
     };
-    // (m, r) (and the other feeds) from a slot's units kMR.. (read into u).
-    constexpr int kRowUnits = kUnits - kMR;
+    // Unpacks units into (m, r).
     auto get_rows = [&](const float4(&u)[kRowUnits], float(&m)[2], float(&rf)[2][R]) {
       m[0] = u[0].x, m[1] = u[0].y, rf[0][0] = u[0].z, rf[1][0] = u[0].w;
       if constexpr (R > 1) {
@@ -575,16 +580,33 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           for (int q = 1; q < R; ++q) rf[h][q] = extra[h * (R - 1) + q - 1];
       }
     };
-    {
+    // v += w x, rows h = 0, 1 weighted apart.
+    auto mix = [&](float4& v, float w0, float w1, const float4& x) {
+      v.x += w0 * x.x, v.y += w0 * x.y, v.z += w1 * x.z, v.w += w1 * x.w;
+    };
+    auto store_block = [&](int i, const float4& v, const float(&rr)[2][R]) {
+      fn.store2(bx, blockIdx.y, blockIdx.z, m0, 8 * i + 2 * t, v.x, v.y, rr[0]);
+      fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8, 8 * i + 2 * t, v.z, v.w, rr[1]);
+    };
+    auto store_rows = [&](const float(&rr)[2][R]) {
+      if (t == 0)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, rr[h]);
+    };
+    float4 own[kRowUnits];
+    pack_rows(mrow, r, own);
+    // The two consumers' partials of one CTA, through their rings: weights wk[k][h] and the
+    // combined rows; the blocks are read by the caller.
+    float wk[KS][2], mk[2], rk[2][R];
+    auto combine_rows_in_cta = [&]() {
       float4* mine = slot(ks);
 #pragma unroll
       for (int i = 0; i < kBlocks; ++i)
         mine[i * 128] = make_float4(o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]);
-      put_rows(mine, mrow, r);
-    }
-    if constexpr (kPre) {
+#pragma unroll
+      for (int j = 0; j < kRowUnits; ++j) mine[(kMR + j) * 128] = own[j];
       named_barrier(1, C::kConsumers * 128);
-      float m[KS][2], rf[KS][2][R], wt[KS][2], mx[2], rc[2][R];
+      float m[KS][2], rf[KS][2][R];
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         float4 u[kRowUnits];
@@ -594,124 +616,117 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        mx[h] = -KILN_INF;
+        mk[h] = -KILN_INF;
 #pragma unroll
-        for (int k = 0; k < KS; ++k) mx[h] = fmaxf(mx[h], m[k][h]);
+        for (int k = 0; k < KS; ++k) mk[h] = fmaxf(mk[h], m[k][h]);
 #pragma unroll
-        for (int k = 0; k < KS; ++k) wt[k][h] = attn_rescale(m[k][h], mx[h], Fn::kExpScale);
+        for (int k = 0; k < KS; ++k) wk[k][h] = attn_rescale(m[k][h], mk[h], Fn::kExpScale);
 #pragma unroll
         for (int q = 0; q < R; ++q) {
-          rc[h][q] = 0.0f;
+          rk[h][q] = 0.0f;
 #pragma unroll
-          for (int k = 0; k < KS; ++k) rc[h][q] += wt[k][h] * rf[k][h][q];
+          for (int k = 0; k < KS; ++k) rk[h][q] += wk[k][h] * rf[k][h][q];
         }
       }
-      for (int i = ks; i < kBlocks; i += KS) {
+    };
+
+    if constexpr (CL == 1) {
+      combine_rows_in_cta();
+      if (probe) KILN_PROBE_AT(9);
+      constexpr int kMine = (kBlocks + KS - 1) / KS;
+      float4 x[kMine][KS];
+#pragma unroll
+      for (int j = 0; j < kMine; ++j)
+#pragma unroll
+        for (int k = 0; k < KS; ++k)
+          x[j][k] = ks + j * KS < kBlocks ? slot(k)[(ks + j * KS) * 128]
+                                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kMine; ++j) {
+        const int i = ks + j * KS;
+        if (i >= kBlocks) break;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int k = 0; k < KS; ++k) {
-          const float4 x = slot(k)[i * 128];
-          v.x += wt[k][0] * x.x, v.y += wt[k][0] * x.y, v.z += wt[k][1] * x.z,
-              v.w += wt[k][1] * x.w;
-        }
-        cta_slot[i * 128] = v;
+        for (int k = 0; k < KS; ++k) mix(v, wk[k][0], wk[k][1], x[j][k]);
+        store_block(i, v, rk);
       }
-      if (ks == 0) put_rows(cta_slot, mx, rc);
-    }
-    if constexpr (CL > 1) {
+      if (ks == 0) store_rows(rk);
+    } else {
+      constexpr int kPer = C::kBlocksPerCta, kRecvUnits = C::kRecvUnits;
+      float4* const recv = reinterpret_cast<float4*>(smem + C::kRecvOffset) + tw;
+      // Unit u of partial (cluster CTA) p in this CTA's receive area.
+      auto recv_unit = [&](int p, int u) { return recv + (p * kRecvUnits + u) * 128; };
+      auto push = [&](int q, int u, const float4& v) {
+        dsmem_store(dsmem_map(smem_u32(recv_unit(crank, u)), q), v);
+      };
+      cluster_wait();  // every CTA of the cluster runs (the arrival at the kernel's start)
+      auto push_rows = [&](const float4& u) {
+        if (t == 0)
+#pragma unroll
+          for (int q = 0; q < CL; ++q)
+            if (q * kPer < kBlocks) push(q, kPer, u);
+      };
+      if constexpr (KS == 1) {
+#pragma unroll
+        for (int i = 0; i < kBlocks; ++i)
+          push(i / kPer, i % kPer, make_float4(o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]));
+        push_rows(own[0]);
+      } else {
+        combine_rows_in_cta();
+        for (int i = ks; i < kBlocks; i += KS) {
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+          for (int k = 0; k < KS; ++k) mix(v, wk[k][0], wk[k][1], slot(k)[i * 128]);
+          push(i / kPer, i % kPer, v);
+        }
+        if (ks == 0) {
+          float4 u[1];
+          pack_rows(mk, rk, u);
+          push_rows(u[0]);
+        }
+      }
+      // Release / acquire: every CTA's pushes are visible in their owners' shared memory.
       cluster_arrive();
       cluster_wait();
-    } else {
-      named_barrier(1, C::kConsumers * 128);
-    }
-    if (probe) KILN_PROBE_AT(9);
-    // Partial p: kPre: CTA p's combined slot; else consumer p / CL of cluster CTA p % CL.
-    constexpr int P = kPre ? CL : KS * CL;
-    auto part = [&](int p, int u) -> float4 {
-      const float4* src = kPre ? cta_slot : slot(p / CL);
-      if constexpr (CL > 1)
-        return dsmem_load4(dsmem_map(smem_u32(src + u * 128), p % CL));
-      else
-        return src[u * 128];
-    };
-    // This CTA's n8 blocks [b0, b1), dealt to the consumers that take part in turn: consumer ks
-    // takes b0 + ks, b0 + ks + KS, ... (kMine of them at most).
-    constexpr int kBlocksPer = (kBlocks + CL - 1) / CL;
-    constexpr int kMine = (kBlocksPer + KS - 1) / KS;
-    const int b0 = crank * kBlocksPer, b1 = min_i(kBlocks, b0 + kBlocksPer);
-    const bool rows_here = crank == 0 && ks == 0;  // the row outputs' CTA and consumer
-    if (b0 + ks < b1 || rows_here) {
-      float m[P][2], rf[P][2][R];
-      const bool leader = CL == 1 || t == 0;  // (m, r) is the same in the 4 lanes of a quad
-      float4 u[P][kRowUnits];
+      if (probe) KILN_PROBE_AT(9);
+      // This CTA's blocks [b0, b1), dealt to its consumers in turn (consumer ks: b0 + ks, b0 + ks +
+      // KS, ...); each partial's (m, r) unit was written by the quad's first lane.
+      constexpr int kMine = (kPer + KS - 1) / KS;
+      const int b0 = crank * kPer, b1 = min_i(kBlocks, b0 + kPer);
+      const bool rows_here = crank == 0 && ks == 0;  // the row outputs' CTA and consumer
+      if (b0 + ks < b1 || rows_here) {
+        float m[CL][2], rf[CL][2][R], wt[CL][2], mx[2], rr[2][R];
 #pragma unroll
-      for (int p = 0; p < P; ++p)
+        for (int p = 0; p < CL; ++p) {
+          const float4 u[1] = {recv_unit(p, kPer)[-(tw & 3)]};
+          get_rows(u, m[p], rf[p]);
+        }
 #pragma unroll
-        for (int j = 0; j < kRowUnits; ++j)
-          u[p][j] = leader ? part(p, kMR + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float4 ov[kMine][P];
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = -KILN_INF;
 #pragma unroll
-      for (int j = 0; j < kMine; ++j) {
-        const int i = b0 + ks + j * KS;
+          for (int p = 0; p < CL; ++p) mx[h] = fmaxf(mx[h], m[p][h]);
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          ov[j][p] = i < b1 ? part(p, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
+          for (int p = 0; p < CL; ++p) wt[p][h] = attn_rescale(m[p][h], mx[h], Fn::kExpScale);
 #pragma unroll
-      for (int p = 0; p < P; ++p) get_rows(u[p], m[p], rf[p]);
-      if constexpr (CL > 1) {
+          for (int q = 0; q < R; ++q) {
+            rr[h][q] = 0.0f;
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            m[p][h] = __shfl_sync(0xffffffffu, m[p][h], lane & ~3);
-#pragma unroll
-            for (int q = 0; q < R; ++q)
-              rf[p][h][q] = __shfl_sync(0xffffffffu, rf[p][h][q], lane & ~3);
+            for (int p = 0; p < CL; ++p) rr[h][q] += wt[p][h] * rf[p][h][q];
           }
-        // Release: every load above is done before any CTA of the cluster may leave.
-        cluster_arrive();
-      }
-      float wt[2][P], rr[2][R];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -KILN_INF;
-#pragma unroll
-        for (int p = 0; p < P; ++p) mx = fmaxf(mx, m[p][h]);
-#pragma unroll
-        for (int p = 0; p < P; ++p) wt[h][p] = attn_rescale(m[p][h], mx, Fn::kExpScale);
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-          rr[h][q] = 0.0f;
-#pragma unroll
-          for (int p = 0; p < P; ++p) rr[h][q] += wt[h][p] * rf[p][h][q];
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kMine; ++j) {
-        const int i = b0 + ks + j * KS;
-        if (i >= b1) break;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          v[0] += wt[0][p] * ov[j][p].x;
-          v[1] += wt[0][p] * ov[j][p].y;
-          v[2] += wt[1][p] * ov[j][p].z;
-          v[3] += wt[1][p] * ov[j][p].w;
         }
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          fn.store2(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, 8 * i + 2 * t, v[2 * h], v[2 * h + 1],
-                    rr[h]);
-      }
-      if (rows_here && t == 0)
+        for (int j = 0; j < kMine; ++j) {
+          const int i = b0 + ks + j * KS;
+          if (i >= b1) break;
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) fn.store_row(bx, blockIdx.y, blockIdx.z, m0 + 8 * h, rr[h]);
-    } else if constexpr (CL > 1) {
-      cluster_arrive();  // nothing to combine here
+          for (int p = 0; p < CL; ++p) mix(v, wt[p][0], wt[p][1], recv_unit(p, i - b0)[0]);
+          store_block(i, v, rr);
+        }
+        if (rows_here) store_rows(rr);
+      }
     }
-    if (probe) KILN_PROBE_AT(10);
-    if constexpr (CL > 1) cluster_wait();
     if (probe) KILN_PROBE_AT(11);
   }
 }

@@ -607,20 +607,34 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   auto fits = [&](int c) { return tiles * c <= (c >= 8 ? t.sm_count / 2 : t.sm_count); };
   // The CTAs of a cluster take floor shares of the chunks (differing by at most one), so any
   // chunk count splits (17 chunks over 4 CTAs: 4, 4, 4, 5).
-  while (a.online && p.cluster < 8 && fits(p.cluster * 2) && chunks / (p.cluster * 2) >= 4)
+  // (The cluster's exchange carries one row feed: chains with more stay one CTA per tile.)
+  while (a.online && a.rows <= 1 && p.cluster < 8 && fits(p.cluster * 2) &&
+         chunks / (p.cluster * 2) >= 4)
     p.cluster *= 2;
   kp.grid = tiles * p.cluster;
   // Two consumers splitting a CTA's keys: online chains only (the runtime's static_assert), where
-  // each CTA walks at least 16 chunks. Measured on an H100 (session 17), short chains ran faster
-  // with one consumer: 2 / 3 chunks per CTA 3.33 / 3.68 us against 3.61 / 3.81; 8 per CTA under
-  // clusters of 8 (gqa bs 1) 7.65 against 7.90 and of 4 (attention_softmax) 7.53 against 7.94
-  // (the combine of twice the partials and the consumers' turns cost more than the split saves);
-  // long ones with two: 32 per CTA (gqa bs 8) 15.5 against 18.2, 64 (bs 16) 25.0 against 32.3.
-  p.key_split = a.online && kp.grid < t.sm_count && chunks / p.cluster >= 16 ? 2 : 1;
-  auto smem = [&](int stages) { return q_bytes + p.key_split * stages * stage + 1024; };
+  // each CTA walks at least 16 chunks, or 5 under a cluster split. Measured on an H100 (session
+  // 17): without a cluster, short chains ran faster with one consumer (2 / 3 chunks per CTA 3.33
+  // / 3.68 us against 3.61 / 3.81) and long ones with two (32 per CTA, gqa bs 8: 15.5 against
+  // 18.2; 64, bs 16: 25.0 against 32.3); under clusters, with the pushed exchange, two
+  // consumers ran 5-6 chunks per CTA (attention_keys3000) in 6.73 us against 6.90, 8 (gqa bs 1)
+  // in 7.00 against 7.12, and 8 under clusters of 4 (attention_softmax) alike (7.14).
+  const int64_t min_split = p.cluster > 1 ? 5 : 16;
+  p.key_split = a.online && kp.grid < t.sm_count && chunks / p.cluster >= min_split ? 2 : 1;
+  // Shared memory: Q, a ring per consumer and, with a cluster, the receive area of the exchange
+  // (every CTA's partial of this CTA's share of O's n8 blocks plus one row unit, 2 KB a unit).
+  auto smem = [&](int stages) {
+    const int64_t recv =
+        p.cluster > 1 ? p.cluster * ((a.dv / 8 + p.cluster - 1) / p.cluster + 1) * 2048 : 0;
+    return q_bytes + p.key_split * stages * stage + recv + 1024;
+  };
   p.stages = 4;
   while (p.stages > 3 && smem(p.stages) > t.smem_per_block) --p.stages;
   if (smem(p.stages) > t.smem_per_block) p.key_split = 1;
+  while (smem(p.stages) > t.smem_per_block && p.cluster > 1) {
+    p.cluster /= 2;
+    kp.grid = tiles * p.cluster;
+  }
   p.min_blocks =
       p.key_split == 1 && a.dv <= 128 && 2 * (smem(p.stages) + 1024) <= t.smem_per_block ? 2 : 1;
   kp.smem = smem(p.stages);
@@ -680,8 +694,8 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   c.t_tc = double(c.waves) * t_cta;
   c.t_fill = k.dram_latency_s * double(c.waves);
   c.bound = c.t_tc >= c.t_dram ? "tensor" : "dram";
-  // A cluster's combine: two cluster barriers and the partials read through distributed shared
-  // memory, about a DRAM latency.
+  // A cluster's exchange: the partials pushed through distributed shared memory and a cluster
+  // barrier, about a DRAM latency.
   if (cluster > 1) c.t_fixed += k.dram_latency_s;
   c.time = c.t_launch + c.t_fixed + std::max(c.t_tc, c.t_dram) + c.t_fill;
   return c;
