@@ -176,9 +176,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   pdl_entry();  // before any load or store (base.cuh)
   // Probe events (KILN_PROBE builds only): 0 after pdl_entry, 2 barriers ready,
   // 3 / 12 consumer 0 / 1 has A, 4 / 13 its first chunk, 5 consumer 0's first softmax, 6 / 7
-  // consumer 0 / 1 done with its chunks, 9 partials published (after the barrier), 10 outputs
-  // stored, 11 end; 14 the producer's last load issued; 16 + 2 i / 17 + 2 i consumer 0 waits
-  // for / has its local chunk i + 1.
+  // consumer 0 / 1 done with its chunks, 9 partials exchanged (after the barrier), 11 end; 14 the
+  // producer's last load issued; 16 + 2 i / 17 + 2 i consumer 0 waits for / has its local chunk
+  // i + 1.
   if (threadIdx.x == 0) {
     KILN_PROBE_AT(0);
     // The maps are kernel parameters: fetched while the barriers are set up, not by the first
@@ -528,9 +528,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // KS x CL online partials per row (the key-split consumers of the CL CTAs of a cluster), as
     // float4 units of the consumer threads: unit i < DV / 8 is O's n8 block i (rows h = 0, 1:
     // o[4 i] .. o[4 i + 3]), unit DV / 8 is (m_0, m_1, r_0[0], r_1[0]) (the same in the 4 lanes
-    // of a quad), and units after it the other feeds, two per row. Partials combine rescaled to
-    // their common max (weights exp(a (m_p - max_p m_p))), summed in a fixed order, so the
-    // results are deterministic.
+    // of a quad), and units after it the other feeds (row 0's r_0[1..], then row 1's, four to a
+    // unit). Partials combine rescaled to their common max (weights exp(a (m_p - max_p m_p))),
+    // summed in a fixed order, so the results are deterministic.
     //   CL = 1 (two consumers): each consumer publishes its partial in its own ring (idle: its
     //   wgmmas and copies are done), unit u of thread tw at (u * 128 + tw) * 16 bytes; after the
     //   consumers' barrier each combines both partials for half of the n8 blocks and stores them.
