@@ -103,10 +103,14 @@ struct AttnCfg {
   static constexpr int kStageBytes = kKBytes + kVBytes;
   // Cluster key split: each CTA receives, for its share of O's n8 column blocks, every CTA's
   // partial (those blocks and one (m, r) unit) as float4 units of its 128 consumer threads.
+  // Where that area does not fit beside the rings (head dim 256), the CTAs pull the partials
+  // from each other's idle rings instead (two cluster barriers).
   static constexpr int kBlocksPerCta = (DV / 8 + CL - 1) / CL;
   static constexpr int kRecvUnits = kBlocksPerCta + 1;
-  static constexpr int kRecvBytes = CL > 1 ? CL* kRecvUnits * 128 * 16 : 0;
   static constexpr int kRecvOffset = kABytes + KS * STAGES * kStageBytes;
+  static constexpr bool kPush =
+      CL > 1 && kRecvOffset + CL* kRecvUnits * 128 * 16 + 1024 <= 227 * 1024;
+  static constexpr int kRecvBytes = kPush ? CL * kRecvUnits * 128 * 16 : 0;
   static constexpr int kSmemBytes = kRecvOffset + kRecvBytes + 1024;  // + alignment
   // Registers: the launch bounds give every thread kEntryRegs; the producer warpgroup gives back
   // all but kProducerRegs and the consumers take them (setmaxnreg), when that is more.
@@ -651,6 +655,101 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         store_block(i, v, rk);
       }
       if (ks == 0) store_rows(rk);
+    } else if constexpr (!C::kPush) {
+      // Pull (the receive area does not fit beside the rings): every CTA publishes its partial
+      // in its idle ring 0 (with two consumers, their combination: a CTA slot after consumer 0's
+      // own), one cluster barrier, then every CTA reads its blocks of every CTA's partial
+      // through distributed shared memory (16-byte loads, all issued before their first use;
+      // (m, r) by the quad's first lane, shuffled), and a second barrier, arrived at once the
+      // loads are done, keeps every CTA's shared memory alive until the others have read it.
+      constexpr int kPer = C::kBlocksPerCta;
+      constexpr int kSlotBytes = (kMR + kRowUnits) * 128 * 16;
+      static_assert(kSlotBytes * (KS > 1 ? 2 : 1) <= S * C::kStageBytes, "partials fit a ring");
+      float4* const cta_slot = reinterpret_cast<float4*>(rings + kSlotBytes) + tw;
+      if constexpr (KS == 1) {
+        float4* mine = slot(0);
+#pragma unroll
+        for (int i = 0; i < kBlocks; ++i)
+          mine[i * 128] = make_float4(o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]);
+        mine[kMR * 128] = own[0];
+      } else {
+        combine_rows_in_cta();
+        for (int i = ks; i < kBlocks; i += KS) {
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+          for (int k = 0; k < KS; ++k) mix(v, wk[k][0], wk[k][1], slot(k)[i * 128]);
+          cta_slot[i * 128] = v;
+        }
+        if (ks == 0) {
+          float4 u[1];
+          pack_rows(mk, rk, u);
+          cta_slot[kMR * 128] = u[0];
+        }
+      }
+      const float4* const pub = KS == 1 ? slot(0) : cta_slot;
+      cluster_wait();  // the arrival at the kernel's start
+      cluster_arrive();
+      cluster_wait();
+      if (probe) KILN_PROBE_AT(9);
+      auto part = [&](int p, int u) { return dsmem_load4(dsmem_map(smem_u32(pub + u * 128), p)); };
+      constexpr int kMine = (kPer + KS - 1) / KS;
+      const int b0 = crank * kPer, b1 = min_i(kBlocks, b0 + kPer);
+      const bool rows_here = crank == 0 && ks == 0;  // the row outputs' CTA and consumer
+      if (b0 + ks < b1 || rows_here) {
+        float4 u[CL][1];
+#pragma unroll
+        for (int p = 0; p < CL; ++p)
+          u[p][0] = t == 0 ? part(p, kMR) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 ov[kMine][CL];
+#pragma unroll
+        for (int j = 0; j < kMine; ++j) {
+          const int i = b0 + ks + j * KS;
+#pragma unroll
+          for (int p = 0; p < CL; ++p)
+            ov[j][p] = i < b1 ? part(p, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        float m[CL][2], rf[CL][2][R], wt[CL][2], mx[2], rr[2][R];
+#pragma unroll
+        for (int p = 0; p < CL; ++p) {
+          get_rows(u[p], m[p], rf[p]);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m[p][h] = __shfl_sync(0xffffffffu, m[p][h], lane & ~3);
+#pragma unroll
+            for (int q = 0; q < R; ++q)
+              rf[p][h][q] = __shfl_sync(0xffffffffu, rf[p][h][q], lane & ~3);
+          }
+        }
+        // Release: every load above is done before any CTA of the cluster may leave.
+        cluster_arrive();
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = -KILN_INF;
+#pragma unroll
+          for (int p = 0; p < CL; ++p) mx[h] = fmaxf(mx[h], m[p][h]);
+#pragma unroll
+          for (int p = 0; p < CL; ++p) wt[p][h] = attn_rescale(m[p][h], mx[h], Fn::kExpScale);
+#pragma unroll
+          for (int q = 0; q < R; ++q) {
+            rr[h][q] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < CL; ++p) rr[h][q] += wt[p][h] * rf[p][h][q];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kMine; ++j) {
+          const int i = b0 + ks + j * KS;
+          if (i >= b1) break;
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+          for (int p = 0; p < CL; ++p) mix(v, wt[p][0], wt[p][1], ov[j][p]);
+          store_block(i, v, rr);
+        }
+        if (rows_here) store_rows(rr);
+      } else {
+        cluster_arrive();  // nothing to combine here
+      }
+      cluster_wait();
     } else {
       constexpr int kPer = C::kBlocksPerCta, kRecvUnits = C::kRecvUnits;
       float4* const recv = reinterpret_cast<float4*>(smem + C::kRecvOffset) + tw;

@@ -621,23 +621,31 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   // in 7.00 against 7.12, and 8 under clusters of 4 (attention_softmax) alike (7.14).
   const int64_t min_split = p.cluster > 1 ? 5 : 16;
   p.key_split = a.online && kp.grid < t.sm_count && chunks / p.cluster >= min_split ? 2 : 1;
-  // Shared memory: Q, a ring per consumer and, with a cluster, the receive area of the exchange
-  // (every CTA's partial of this CTA's share of O's n8 blocks plus one row unit, 2 KB a unit).
-  auto smem = [&](int stages) {
-    const int64_t recv =
-        p.cluster > 1 ? p.cluster * ((a.dv / 8 + p.cluster - 1) / p.cluster + 1) * 2048 : 0;
-    return q_bytes + p.key_split * stages * stage + recv + 1024;
+  // Shared memory: Q, a ring per consumer and, with a cluster, the receive area of the pushed
+  // exchange (every CTA's partial of this CTA's share of O's n8 blocks plus one row unit, 2 KB a
+  // unit) where it fits beside the rings; else the exchange pulls from the idle rings (the
+  // runtime's AttnCfg::kPush makes the same test). 4 stages, or 3 where that lets the receive
+  // area fit (bs 1: 3 and 4 stages ran alike), or where the rings need it.
+  const int64_t recv =
+      p.cluster > 1 ? p.cluster * ((a.dv / 8 + p.cluster - 1) / p.cluster + 1) * 2048 : 0;
+  auto rings = [&](int stages) { return q_bytes + p.key_split * stages * stage; };
+  auto room = [&](int64_t bytes) { return bytes + 1024 <= t.smem_per_block; };
+  auto choose_stages = [&]() {
+    for (int st = 4; st >= 3; --st)
+      if (room(rings(st) + recv)) return st;
+    for (int st = 4; st >= 3; --st)
+      if (room(rings(st))) return st;
+    return 0;
   };
-  p.stages = 4;
-  while (p.stages > 3 && smem(p.stages) > t.smem_per_block) --p.stages;
-  if (smem(p.stages) > t.smem_per_block) p.key_split = 1;
-  while (smem(p.stages) > t.smem_per_block && p.cluster > 1) {
-    p.cluster /= 2;
-    kp.grid = tiles * p.cluster;
+  p.stages = choose_stages();
+  if (p.stages == 0) {
+    p.key_split = 1;
+    p.stages = choose_stages();
   }
-  p.min_blocks =
-      p.key_split == 1 && a.dv <= 128 && 2 * (smem(p.stages) + 1024) <= t.smem_per_block ? 2 : 1;
-  kp.smem = smem(p.stages);
+  if (p.stages == 0) p.stages = 3;  // over the limit: the runtime's static_assert says so
+  const int64_t smem = rings(p.stages) + (room(rings(p.stages) + recv) ? recv : 0) + 1024;
+  p.min_blocks = p.key_split == 1 && a.dv <= 128 && 2 * (smem + 1024) <= t.smem_per_block ? 2 : 1;
+  kp.smem = smem;
   kp.threads = 128 * (1 + p.key_split);
   return p;
 }
