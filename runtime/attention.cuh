@@ -166,6 +166,27 @@ KILN_DEV float attn_rescale(float m, float mx, float a) {
   return m == -KILN_INF ? 0.0f : __expf(a * (m - mx));
 }
 
+// P online partials of two rows (row maxes m, row feeds rf): the weights wt = exp(a (m_p - mx))
+// that move each onto the common max mx, and the combined feeds rr = sum_p wt_p rf_p.
+template <int P, int R>
+KILN_DEV void attn_weigh(const float (&m)[P][2], const float (&rf)[P][2][R], float a,
+                         float (&wt)[P][2], float (&mx)[2], float (&rr)[2][R]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = -KILN_INF;
+#pragma unroll
+    for (int p = 0; p < P; ++p) mx[h] = fmaxf(mx[h], m[p][h]);
+#pragma unroll
+    for (int p = 0; p < P; ++p) wt[p][h] = attn_rescale(m[p][h], mx[h], a);
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      rr[h][q] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < P; ++p) rr[h][q] += wt[p][h] * rf[p][h][q];
+    }
+  }
+}
+
 // 2^x by the hardware (MUFU.EX2; 2^-inf = 0). Its arguments here are <= 0 (s <= the row max).
 KILN_DEV float attn_ex2(float x) {
   float y;
@@ -618,20 +639,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         for (int j = 0; j < kRowUnits; ++j) u[j] = slot(k)[(kMR + j) * 128];
         get_rows(u, m[k], rf[k]);
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mk[h] = -KILN_INF;
-#pragma unroll
-        for (int k = 0; k < KS; ++k) mk[h] = fmaxf(mk[h], m[k][h]);
-#pragma unroll
-        for (int k = 0; k < KS; ++k) wk[k][h] = attn_rescale(m[k][h], mk[h], Fn::kExpScale);
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-          rk[h][q] = 0.0f;
-#pragma unroll
-          for (int k = 0; k < KS; ++k) rk[h][q] += wk[k][h] * rf[k][h][q];
-        }
-      }
+      attn_weigh(m, rf, Fn::kExpScale, wk, mk, rk);
     };
 
     if constexpr (CL == 1) {
@@ -722,20 +730,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         }
         // Release: every load above is done before any CTA of the cluster may leave.
         cluster_arrive();
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mx[h] = -KILN_INF;
-#pragma unroll
-          for (int p = 0; p < CL; ++p) mx[h] = fmaxf(mx[h], m[p][h]);
-#pragma unroll
-          for (int p = 0; p < CL; ++p) wt[p][h] = attn_rescale(m[p][h], mx[h], Fn::kExpScale);
-#pragma unroll
-          for (int q = 0; q < R; ++q) {
-            rr[h][q] = 0.0f;
-#pragma unroll
-            for (int p = 0; p < CL; ++p) rr[h][q] += wt[p][h] * rf[p][h][q];
-          }
-        }
+        attn_weigh(m, rf, Fn::kExpScale, wt, mx, rr);
 #pragma unroll
         for (int j = 0; j < kMine; ++j) {
           const int i = b0 + ks + j * KS;
@@ -800,20 +795,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           const float4 u[1] = {recv_unit(p, kPer)[-(tw & 3)]};
           get_rows(u, m[p], rf[p]);
         }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          mx[h] = -KILN_INF;
-#pragma unroll
-          for (int p = 0; p < CL; ++p) mx[h] = fmaxf(mx[h], m[p][h]);
-#pragma unroll
-          for (int p = 0; p < CL; ++p) wt[p][h] = attn_rescale(m[p][h], mx[h], Fn::kExpScale);
-#pragma unroll
-          for (int q = 0; q < R; ++q) {
-            rr[h][q] = 0.0f;
-#pragma unroll
-            for (int p = 0; p < CL; ++p) rr[h][q] += wt[p][h] * rf[p][h][q];
-          }
-        }
+        attn_weigh(m, rf, Fn::kExpScale, wt, mx, rr);
 #pragma unroll
         for (int j = 0; j < kMine; ++j) {
           const int i = b0 + ks + j * KS;

@@ -2,8 +2,10 @@
 // include/kiln/codegen/lowerings/attention.h), then the plan, its cost and its emission.
 #include "kiln/codegen/lowerings/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "../cost_util.h"
 #include "../emit_internal.h"
@@ -332,6 +334,7 @@ class Matcher {
     bool ok = false;
     if (c == OpClass::Constant) {
       out = cgen::flit(op.attrs.value);
+      per_row_.insert(out);
       ok = true;
     } else if (elem_ && id == mm1_) {
       out = "s";
@@ -345,9 +348,11 @@ class Matcher {
       auto it = row_of_.find(op.inputs[0]);
       if (it == row_of_.end()) return false;
       out = "r[" + std::to_string(it->second) + "]";
+      per_row_.insert(out);
       ok = true;
     } else if (!elem_ && !has_loop_ && row_of_.count(id)) {
       out = "r[" + std::to_string(row_of_[id]) + "]";
+      per_row_.insert(out);
       ok = true;
     } else if (c == OpClass::Unary || c == OpClass::Binary || c == OpClass::Fused) {
       if (elem_ ? role_[id] != Role::Region : !epilogue_shape(op.shape)) return false;
@@ -362,11 +367,11 @@ class Matcher {
         for (const ThreadOp& to : op.thread->ops) {
           std::vector<std::string> args;
           for (int r : to.inputs) args.push_back(vals[r]);
-          vals.push_back(bind(ew(to.kind, to.attrs, args), stmts));
+          vals.push_back(apply(to.kind, to.attrs, args, stmts));
         }
         out = vals.back();
       } else {
-        out = bind(ew(op.kind, op.attrs, xs), stmts);
+        out = apply(op.kind, op.attrs, xs, stmts);
       }
       if (!elem_) role_[id] = Role::Epilogue;
       ok = true;
@@ -530,18 +535,20 @@ class Matcher {
     return matrix_tile(s, a, b) && a == plan_->mt && (b == plan_->dv || b == 1);
   }
 
-  // An elementwise op as C++. In the epilogue, a division by a row feed (the softmax's
-  // normalization) multiplies by the feed's reciprocal instead: one division per row, which the
-  // compiler shares between the row's column pairs, where IEEE divisions per element (each with
-  // its own slow-path branch) measured about 1 us of a 25 us attention (gqa bs 16, H100). The
-  // product is within an ulp or two of f32 of the quotient.
-  std::string ew(OpKind k, const Attrs& attrs, const std::vector<std::string>& xs) const {
-    if (!elem_ && k == OpKind::Div && xs.size() == 2 && is_feed(xs[1]))
-      return "(" + xs[0] + " * (1.0f / " + xs[1] + "))";
-    return cgen::ew_expr(k, attrs, xs);
-  }
-  static bool is_feed(const std::string& x) {
-    return x.size() == 4 && x[0] == 'r' && x[1] == '[' && x[2] >= '0' && x[2] <= '9' && x[3] == ']';
+  // An elementwise op bound to a new temporary. In the epilogue, values made of row feeds and
+  // constants only are the same along a row (per_row_), and a division by one of them multiplies
+  // by its reciprocal (cgen::div_by_uniform): one division per row, which the compiler shares
+  // between the row's column pairs, where IEEE divisions per element (each with its own
+  // slow-path branch) measured about 1 us of a 25 us attention (gqa bs 16, H100, session 17).
+  std::string apply(OpKind k, const Attrs& attrs, const std::vector<std::string>& xs,
+                    std::vector<std::string>& stmts) {
+    auto row = [&](const std::string& x) { return per_row_.count(x) > 0; };
+    const bool all_row = !elem_ && std::all_of(xs.begin(), xs.end(), row);
+    const bool by_row = !elem_ && k == OpKind::Div && !all_row && row(xs[1]);
+    const std::string v =
+        bind(by_row ? cgen::div_by_uniform(xs[0], xs[1]) : cgen::ew_expr(k, attrs, xs), stmts);
+    if (all_row) per_row_.insert(v);
+    return v;
   }
 
   std::string bind(const std::string& e, std::vector<std::string>& stmts) {
@@ -562,6 +569,7 @@ class Matcher {
   std::vector<Role> role_;
   std::map<int, int> row_of_;  // reduction op -> row feed index
   std::map<int, std::string> memo_;
+  std::set<std::string> per_row_;  // epilogue values the same along a row (apply)
 };
 
 }  // namespace
