@@ -38,6 +38,7 @@
 #ifndef KILN_RT_WGMMA_CUH
 #include "wgmma.cuh"
 #include "attention.cuh"
+#include "tf32.cuh"
 #endif
 #ifndef KILN_RT_GEMV_CUH
 #include "gemv.cuh"

@@ -621,14 +621,114 @@ KILN_DEV void wgmma_rs_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t de
 #endif
 }
 
+// wgmma_ss_tf32_nN(d, desc_a, desc_b, scale_d): d (64 x N, f32) = (scale_d ? d : 0) + A (64 x 8,
+// K-major) * B (8 x N, K-major), tf32 operands (float storage; the hardware reads the upper 19
+// bits). A k8 step is 32 bytes, as a 16-bit k16 step: the same descriptors walk both.
+KILN_DEV void wgmma_ss_tf32_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if KILN_RT_WGMMA
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, "
+      "%32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+KILN_DEV void wgmma_ss_tf32_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if KILN_RT_WGMMA
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+KILN_DEV void wgmma_ss_tf32_n256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if KILN_RT_WGMMA
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+      "%127"
+      "}, "
+      "%128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+
 template <typename T, int N, int TB>
 KILN_DEV void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma n");
-  if constexpr (N == 16) wgmma_ss_n16<T, TB>(d, desc_a, desc_b, scale_d);
-  if constexpr (N == 32) wgmma_ss_n32<T, TB>(d, desc_a, desc_b, scale_d);
-  if constexpr (N == 64) wgmma_ss_n64<T, TB>(d, desc_a, desc_b, scale_d);
-  if constexpr (N == 128) wgmma_ss_n128<T, TB>(d, desc_a, desc_b, scale_d);
-  if constexpr (N == 256) wgmma_ss_n256<T, TB>(d, desc_a, desc_b, scale_d);
+  if constexpr (sizeof(T) == 4) {  // float operands: tf32 (m64nNk8), both K-major
+    static_assert(TB == 0 && (N == 64 || N == 128 || N == 256), "tf32: K-major B, n 64/128/256");
+    if constexpr (N == 64) wgmma_ss_tf32_n64(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 128) wgmma_ss_tf32_n128(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 256) wgmma_ss_tf32_n256(d, desc_a, desc_b, scale_d);
+    return;
+  } else {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma n");
+    if constexpr (N == 16) wgmma_ss_n16<T, TB>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 32) wgmma_ss_n32<T, TB>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 64) wgmma_ss_n64<T, TB>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 128) wgmma_ss_n128<T, TB>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 256) wgmma_ss_n256<T, TB>(d, desc_a, desc_b, scale_d);
+  }
 }
 template <typename T, int N, int TB>
 KILN_DEV void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
@@ -795,13 +895,21 @@ __global__ void __launch_bounds__(G::kThreads, 1)
 template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1), bool KB = false,
           bool PP = false>
 struct WgmmaGemmWS {
-  static constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = STAGES, kNB = NB;
+  // A k-tile is one 128-byte swizzle row: 64 k of a 16-bit type, 32 of float; either way four
+  // 32-byte wgmma k-steps (k16 of 16-bit, k8 of tf32).
+  static constexpr int kBM = 128, kBN = 128, kBK = 128 / int(sizeof(T)), kStages = STAGES, kNB = NB;
+  static constexpr int kKSteps = 4;
   static constexpr int kCluster = CLUSTER;
   static constexpr bool kKB = KB, kPP = PP;
+  // Float operands are tf32 hi/lo pairs (gemm_f32x3_launch): A [M, 2K] = [hi | lo], B^T [N, 2K]
+  // likewise, and the kernel walks three K segments, hi*hi + hi*lo + lo*hi (K a multiple of 32).
+  static constexpr bool kSplit3 = sizeof(T) == 4;
+  static_assert(!kSplit3 || KB, "tf32 operands are K-major only");
   static_assert(!PP || NB == 1, "ping-pong holds a whole tile's accumulators: one weight");
   static constexpr int kThreads = 384;
   using TileA = SmemTile<T, kBM, kBK, Layout::Swizzled>;
-  using PanelB = SmemTile<T, kBK, 64, Layout::Swizzled>;
+  // A B panel: 64 columns n, as k rows x 64 n (N-major) or 64 n rows x k (KB).
+  using PanelB = SmemTile<T, KB ? 64 : kBK, KB ? kBK : 64, Layout::Swizzled>;
   static constexpr int kBBytes = 2 * PanelB::kBytes;  // one weight's 64 x 128 stage
   static constexpr int kStageBytes = TileA::kBytes + NB * kBBytes;
   static constexpr int kRingBytes = STAGES * kStageBytes;
@@ -857,7 +965,8 @@ __global__ void __launch_bounds__(384, 1)
                          const __grid_constant__ TmaDesc map_b0,
                          const __grid_constant__ TmaDesc map_b1,
                          const __grid_constant__ TmaDesc map_c, TO* C, int64_t ldc, int M, int N,
-                         int K, int group_m, int tma_store, Epi epi) {
+                         int K, int group_m, int tma_store, int splits, int64_t split_stride,
+                         Epi epi) {
   pdl_entry();  // before any load or store (base.cuh)
   using T = typename G::TileA::Elem;
   using TileA = typename G::TileA;
@@ -874,7 +983,14 @@ __global__ void __launch_bounds__(384, 1)
   const int rank = CL > 1 ? int(cluster_ctarank()) : 0;
   const int ntn = ceil_div(N, G::kBN), crows = ceil_div(ceil_div(M, G::kBM), CL);
   const int tiles = crows * ntn, cid = blockIdx.x / CL, nclusters = gridDim.x / CL;
-  const int ktiles = ceil_div(K, G::kBK);
+  // kSplit3: ring iteration kt of a tile is k-tile kt % kseg of segment kt / kseg.
+  const int kseg = ceil_div(K, G::kBK), ktiles = G::kSplit3 ? 3 * kseg : kseg;
+  // Split-K (float operands, splits > 1): work unit v is split v / tiles of tile v % tiles, ring
+  // iterations [kt_begin, kt_end) of the tile's k-tiles, its f32 partial stored at C + split *
+  // split_stride (the caller's epilogue is the identity then; a reduce kernel sums the splits).
+  // Only float operands split K: 16-bit instantiations compile to the loop without it.
+  const int units = G::kSplit3 ? tiles * splits : tiles;
+  auto kt_begin = [&](int sp) { return int(int64_t(sp) * ktiles / splits); };
   auto stage = [&](int s) { return smem + s * G::kStageBytes; };
   if (tid == 0) {
 #pragma unroll
@@ -903,22 +1019,34 @@ __global__ void __launch_bounds__(384, 1)
       if (NB > 1) tma_prefetch_desc(&map_b1);
       int s = 0, it = 0;
       uint32_t ph = 0;
-      for (int u = cid; u < tiles; u += nclusters) {
+      for (int v = cid; v < units; v += nclusters) {
+        int u = v, kt0 = 0, kt1 = ktiles;
+        if constexpr (G::kSplit3) {
+          const int sp = v / tiles;
+          u = v - sp * tiles;
+          kt0 = kt_begin(sp), kt1 = kt_begin(sp + 1);
+        }
         int m0, n0;
         wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        for (int kt = kt0; kt < kt1; ++kt, ++it) {
           if (it >= S) mbar_wait(&empty[s], ph ^ 1);  // every consumer released round it/S - 1
           char* p = stage(s);
+          int ka = kt * G::kBK, kb = ka;
+          if constexpr (G::kSplit3) {  // segments hi*hi, hi*lo, lo*hi
+            const int seg = kt / kseg, k0 = (kt - seg * kseg) * G::kBK;
+            ka = k0 + (seg == 2 ? K : 0);
+            kb = k0 + (seg == 1 ? K : 0);
+          }
           mbar_arrive_expect_tx(&full[s], G::kStageBytes);
-          tma_load_2d(p, &map_a, m0, kt * G::kBK, &full[s]);
+          tma_load_2d(p, &map_a, m0, ka, &full[s]);
 #pragma unroll
           for (int j = 0; j < 2 * NB; ++j) {  // B panel j: weight j / 2, columns n0 + 64 (j % 2)
             if (j % CL != rank) continue;
             const TmaDesc* mb = j < 2 ? &map_b0 : &map_b1;
             char* pb = p + TileA::kBytes + j * PanelB::kBytes;
             // A panel is rows k, columns n of B, or (KB) rows n, columns k of B^T.
-            const int pr = G::kKB ? n0 + 64 * (j & 1) : kt * G::kBK;
-            const int pc = G::kKB ? kt * G::kBK : n0 + 64 * (j & 1);
+            const int pr = G::kKB ? n0 + 64 * (j & 1) : kb;
+            const int pc = G::kKB ? kb : n0 + 64 * (j & 1);
             if constexpr (CL > 1) {
               tma_load_2d_multicast(pb, mb, pr, pc, &full[s], uint16_t((1u << CL) - 1));
             } else {
@@ -944,6 +1072,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     };
     char* cbuf = smem + G::kRingBytes + c * (G::kCBytes / 2);  // two 64 x 64 boxes (kSmemC)
+    TO* cbase = C;  // the output, or this unit's split partial
     // Stores rows row0 .. row0 + 63, columns n0 .. n0 + 127 of C from accumulators dd (dd[0, 64):
     // A B0; dd[64, 128): A B1 with NB = 2).
     auto epilogue = [&](const float(&dd)[BN / 2], int row0, int n0) {
@@ -1001,7 +1130,7 @@ __global__ void __launch_bounds__(384, 1)
             const int q = 4 * i + 2 * h;
             const float v10 = NB > 1 ? dd[(64 + q) % (BN / 2)] : 0.0f;
             const float v11 = NB > 1 ? dd[(65 + q) % (BN / 2)] : 0.0f;
-            TO* p = C + r * ldc + col;
+            TO* p = (G::kSplit3 ? cbase : C) + r * ldc + col;
             const float y0 = epi(dd[q], v10, r, col);
             if (col + 1 < N && (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(TO))) == 0) {
               const float y1 = epi(dd[q + 1], v11, r, col + 1);
@@ -1045,7 +1174,7 @@ __global__ void __launch_bounds__(384, 1)
           const uint32_t b_base = a_base + TileA::kBytes;
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < G::kBK / 16; ++kk) {
+          for (int kk = 0; kk < G::kKSteps; ++kk) {
             const uint64_t db = desc_b(b_base, kk);
             const int sc = (kt > 0 || kk > 0) ? 1 : 0;  // k-tile 0 overwrites
             wgmma_ss<T, BN, TB>(d0, wgmma_desc_sw128(a_base + kk * 32, 16, 1024), db, sc);
@@ -1066,34 +1195,60 @@ __global__ void __launch_bounds__(384, 1)
       }
     } else {
       float d[BN / 2];  // d[0, 64): A B0; d[64, 128): A B1 (NB = 2)
+      // kSplit3: the tensor cores' f32 accumulation is not rounded to nearest (measured on the
+      // H100/H200: relative error growing linearly with K, 8.5e-5 at K = 8192 without this), so d
+      // restarts every kPromote k-tiles and is added to total in ordinary f32 (round to nearest).
+      constexpr int kPromote = 8;
+      float total[G::kSplit3 ? BN / 2 : 1];
       int s = 0;
       uint32_t ph = 0;
-      for (int u = cid; u < tiles; u += nclusters) {
+      for (int v = cid; v < units; v += nclusters) {
+        int u = v, sp = 0, kt0 = 0, kt1 = ktiles;
+        if constexpr (G::kSplit3) {
+          sp = v / tiles;
+          u = v - sp * tiles;
+          kt0 = kt_begin(sp), kt1 = kt_begin(sp + 1);
+        }
         int m0, n0;
         wgmma_ws_tile(u, crows, ntn, group_m, CL, rank, &m0, &n0);
         int prev = 0;
-        for (int kt = 0; kt < ktiles; ++kt) {
+        for (int kt = kt0; kt < kt1; ++kt) {
           mbar_wait(&full[s], ph);
           const uint32_t a_base = smem_u32(stage(s)) + c * 64 * 128;
           const uint32_t b_base = smem_u32(stage(s)) + TileA::kBytes;
+          const bool fresh = G::kSplit3 ? (kt - kt0) % kPromote == 0 : kt == kt0;
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < G::kBK / 16; ++kk) {
+          for (int kk = 0; kk < G::kKSteps; ++kk) {
             const uint64_t da = wgmma_desc_sw128(a_base + kk * 32, 16, 1024);
-            wgmma_ss<T, BN, TB>(d, da, desc_b(b_base, kk), (kt > 0 || kk > 0) ? 1 : 0);
+            wgmma_ss<T, BN, TB>(d, da, desc_b(b_base, kk), (!fresh || kk > 0) ? 1 : 0);
           }
           wgmma_commit();
           wgmma_wait<1>();  // the batch of k-tile kt - 1 is done: its stage may be refilled
-          if (kt > 0) release(prev);
+          if (kt > kt0) release(prev);
           prev = s;
           if (++s == S) s = 0, ph ^= 1;
+          if constexpr (G::kSplit3) {
+            if ((kt - kt0) % kPromote == kPromote - 1 || kt == kt1 - 1) {
+              wgmma_wait<0>();
+              wgmma_fence_acc(d);
+#pragma unroll
+              for (int i = 0; i < BN / 2; ++i)
+                total[i] = (kt - kt0 < kPromote ? 0.0f : total[i]) + d[i];
+            }
+          }
         }
         wgmma_wait<0>();
         wgmma_fence_acc(d);
         release(prev);
         const int row0 = m0 + 64 * c;
         if (row0 >= M) continue;  // a cluster's tile row past the end (odd number of tile rows)
-        epilogue(d, row0, n0);
+        if constexpr (G::kSplit3) {
+          cbase = C + sp * split_stride;
+          epilogue(total, row0, n0);
+        } else {
+          epilogue(d, row0, n0);
+        }
       }
     }
     if (kSmemC && tma_store && leader) bulk_wait<0>();  // the last stores done before exit
@@ -1124,6 +1279,10 @@ struct WgmmaWsTuning {
   int group_m = 8;        // cluster rows per raster group
   bool tma_store = true;  // stage 16-bit outputs through shared memory + TMA stores
   int max_clusters = 0;   // persistent grid size cap (0: as many as fit at once)
+  // Split-K (not with PP): `splits` f32 partials of C, split_stride elements apart (C must then be
+  // float and the epilogue the identity; the caller sums them).
+  int splits = 1;
+  int64_t split_stride = 0;
 };
 
 // Encodes the tensor maps and launches wgmma_ws_gemm_kernel: a persistent grid of
@@ -1141,12 +1300,14 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   cudaError_t e = require_sm90();
   if (e != cudaSuccess) return e;
   if (M < 1 || N < 1 || K < 1) return cudaErrorInvalidValue;
+  if (G::kSplit3 && K % G::kBK != 0) return cudaErrorInvalidValue;
   TmaDesc ma, mb0, mb1, mc;
-  e = tma_encode_2d(&ma, A, M, K, lda, G::kBM, G::kBK, true);
+  const int64_t kcols = G::kSplit3 ? 2 * int64_t(K) : K;  // hi | lo
+  e = tma_encode_2d(&ma, A, M, kcols, lda, G::kBM, G::kBK, true);
   const typename G::TileA::Elem* b1 = G::kNB > 1 ? B1 : B0;
-  if (G::kKB) {  // B^T [N, K]: boxes of 64 n x 64 k
-    if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, N, K, ldb, 64, G::kBK, true);
-    if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, N, K, ldb, 64, G::kBK, true);
+  if (G::kKB) {  // B^T [N, K]: boxes of 64 n x one k-tile
+    if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, N, kcols, ldb, 64, G::kBK, true);
+    if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, N, kcols, ldb, 64, G::kBK, true);
   } else {
     if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, K, N, ldb, G::kBK, 64, true);
     if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, K, N, ldb, G::kBK, 64, true);
@@ -1184,7 +1345,9 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
     if (e != cudaSuccess) return e;
     if (resident < 1) return cudaErrorInvalidConfiguration;
   }
-  const int tiles = ceil_div(ceil_div(M, G::kBM), G::kCluster) * ceil_div(N, G::kBN);
+  if (tune.splits < 1 || (tune.splits > 1 && (G::kPP || sizeof(TO) != 4)))
+    return cudaErrorInvalidValue;
+  const int tiles = ceil_div(ceil_div(M, G::kBM), G::kCluster) * ceil_div(N, G::kBN) * tune.splits;
   int clusters = min_i(tiles, resident);
   if (tune.max_clusters > 0) clusters = min_i(clusters, tune.max_clusters);
   cfg.gridDim = dim3(clusters * G::kCluster);
@@ -1192,7 +1355,7 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   add_pdl_attribute(attr, n);
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, ma, mb0, mb1, mc, C, ldc, M, N, K, max_i(1, tune.group_m),
-                            tma_store, epi);
+                            tma_store, tune.splits, tune.split_stride, epi);
 }
 #endif  // __CUDACC_RTC__
 

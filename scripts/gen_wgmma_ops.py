@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # Prints the generic wgmma wrappers (m64nNk16, f32 accumulators, f16/bf16 operands) for
 # runtime/wgmma.cuh: wgmma_ss (A from shared memory) and wgmma_rs (A from registers), N in
-# {16, 32, 64, 128, 256}.
+# {16, 32, 64, 128, 256}; and wgmma_ss_tf32 (m64nNk8, tf32 operands, both K-major: tf32 has no
+# transpose bits), N in {64, 128, 256}.
 def block(kind, N, pt):
     R = N // 2
     regs = [f"%{i}" for i in range(R)]
@@ -11,7 +12,11 @@ def block(kind, N, pt):
     dlist = '"{"\n' + "\n".join(f'      "{l}{", " if j < len(rl) - 1 else ""}"' for j, l in enumerate(rl)) + '\n      "}, "'
     outs = [f'"+f"(d[{i}])' for i in range(R)]
     ol = ",\n        ".join(", ".join(outs[i:i+8]) for i in range(0, R, 8))
-    if kind == "ss":
+    if kind == "tf32":
+        pred = R + 2
+        ops = f'"%{R}, %{R+1}, p, 1, 1;\\n}}\\n"'
+        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
+    elif kind == "ss":
         pred = R + 2
         ops = f'"%{R}, %{R+1}, p, 1, 1, 0, %{R+3};\\n}}\\n"'
         ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TB)'
@@ -21,7 +26,7 @@ def block(kind, N, pt):
         ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB)'
     return (f'    asm volatile(\n'
             f'      "{{\\n .reg .pred p;\\n setp.ne.b32 p, %{pred}, 0;\\n"\n'
-            f'      " wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{pt}.{pt} "\n'
+            f'      " wgmma.mma_async.sync.aligned.m64n{N}k{8 if pt == "tf32" else 16}.f32.{pt}.{pt} "\n'
             f'      {dlist}\n'
             f'      {ops}\n'
             f'      : {ol}\n'
@@ -42,4 +47,11 @@ for kind in ("ss", "rs"):
         out.append(block(kind, N, "f16"))
         out.append("  }")
         out.append("#else\n  __trap();\n#endif\n}")
+for N in (64, 128, 256):
+    R = N // 2
+    out.append(f"KILN_DEV void wgmma_ss_tf32_n{N}(float (&d)[{R}], uint64_t desc_a, uint64_t desc_b, "
+               f"int scale_d) {{")
+    out.append("#if KILN_RT_WGMMA")
+    out.append(block("tf32", N, "tf32"))
+    out.append("#else\n  __trap();\n#endif\n}")
 print("\n".join(out))

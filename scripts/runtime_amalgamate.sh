@@ -5,7 +5,7 @@
 # without runtime/ on the include path. Usage: scripts/runtime_amalgamate.sh > kiln_runtime_all.cuh
 set -euo pipefail
 dir="$(cd "$(dirname "$0")/../runtime" && pwd)"
-for f in $(sed -n 's/^#include "\([a-z_]*\.cuh\)"$/\1/p' "$dir/kiln_runtime.cuh"); do
+for f in $(sed -n 's/^#include "\([a-z0-9_]*\.cuh\)"$/\1/p' "$dir/kiln_runtime.cuh"); do
   echo "// ==== runtime/$f ===="
   cat "$dir/$f"
 done

@@ -73,6 +73,229 @@ void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   L.close();
 }
 
+// The transpose op whose output is operand `idx` of matmul `op`, where the f32 split pass may read
+// its 2-D input in place (any strides: the pass reads scalars): a swap of a 2-D tensor's dims,
+// not a folded constant, not an output, read by nothing else, free to take over. -1 otherwise.
+static int transposed_2d_source(const PlanContext& ctx, const KernelOp& op, int idx) {
+  const int v = op.inputs[idx];
+  const int pr = ctx.g.producer(v);
+  if (pr < 0) return -1;
+  const KernelOp& t = ctx.g.ops[pr];
+  if (t.kind != OpKind::Transpose || t.inputs.size() != 1) return -1;
+  if (ctx.g.tensor(t.inputs[0]).shape.size() != 2 || ctx.g.tensor(v).shape.size() != 2) return -1;
+  if (transpose_perm(t.attrs, 2) != std::vector<int>{1, 0}) return -1;
+  if (ctx.is_const(t.inputs[0]) || ctx.is_output.count(v) || ctx.consumers[v] != 1 ||
+      !ctx.can_take_over(pr))
+    return -1;
+  return pr;
+}
+
+// The runtime's gemm_f32x3_splits (runtime/tf32.cuh), for `sms` SMs.
+static int f32x3_splits(int64_t M, int64_t N, int64_t K, int sms) {
+  const int64_t tiles = cdiv(M, 128) * cdiv(N, 128), ktiles = 3 * cdiv(K, 32);
+  if (tiles >= sms) return 1;
+  const int64_t s = std::min<int64_t>({cdiv(sms, tiles), ktiles / 16, 16});
+  return static_cast<int>(std::max<int64_t>(1, s));
+}
+
+// The runtime's f32_rowdot_splits (runtime/tf32.cuh), for `sms` SMs.
+static int rowdot_splits(int64_t L, int64_t K, int sms) {
+  const int64_t want = cdiv(16 * sms, L), most = K / 2048;
+  return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 32));
+}
+
+std::optional<F32RowdotKernel> F32RowdotKernel::match(const PlanContext& ctx, int k,
+                                                      KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (s.a.dtype != DType::F32 && s.b.dtype != DType::F32) return std::nullopt;
+  if (s.a.shape.size() != 2 || s.b.shape.size() != 2) return std::nullopt;
+  if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
+  F32RowdotKernel p;
+  const int ta = transposed_2d_source(ctx, op, 0), tb = transposed_2d_source(ctx, op, 1);
+  if (s.N <= 8 && ta < 0) {  // W = A [M, K]; X = B, stored [K, N] or (through tb) [N, K]
+    p.n_small = true;
+    p.s = s.N, p.l = s.M;
+    if (tb >= 0) kp.view_op = tb;
+  } else if (s.M <= 8 && tb >= 0) {  // W = B^T [N, K]; X = A, stored [M, K] or (ta) [K, M]
+    p.s = s.M, p.l = s.N;
+    kp.view_op = tb;
+    if (ta >= 0) kp.prologue_op = ta, p.a_view = ta;
+  } else {
+    return std::nullopt;
+  }
+  p.splits = rowdot_splits(p.l, s.K, ctx.t.sm_count);
+  kp.splits = p.splits;
+  kp.threads = 256;
+  kp.grid = std::min<int64_t>(p.l * p.splits / 8 + 1, 65535);
+  if (p.splits > 1) kp.scratch_bytes = int64_t(p.splits) * p.l * p.s * 4;
+  return p;
+}
+
+std::string F32RowdotKernel::describe() const {
+  return fmt::format("f32 rowdot {} x {}{}{}", s, l,
+                     splits > 1 ? fmt::format(", {} k-splits", splits) : "",
+                     n_small ? "" : ", B read K-major in place");
+}
+
+// The large operand streamed once at the copy rate (a warp per row keeps 16 bytes a lane in
+// flight), the small one from L2, and with k-splits the partials written and summed.
+KernelCost F32RowdotKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+  const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
+  KernelCost c;
+  c.name = x.op.name;
+  c.blocks = x.kp.grid;
+  c.waves = 1;
+  c.dram_read =
+      double(numel(a.shape)) * dtype_bytes(a.dtype) + double(numel(b.shape)) * dtype_bytes(b.dtype);
+  c.dram_write = double(numel(o.shape)) * dtype_bytes(o.dtype) + 2.0 * splits * double(l * s) * 4;
+  c.cuda_flops = 2.0 * double(l) * double(s) * double(a.shape.back());
+  double dram_u, comp_u;
+  grid_utilization(double(c.blocks), x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
+  finish_times(c, x.t, k, dram_u, comp_u);
+  if (splits > 1) c.time += x.t.launch_s + k.fixed_s;
+  return c;
+}
+
+void F32RowdotKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  Code& L = m.L;
+  // n_small: W = A [M, K], X(s, k) = B[k][s] or B^T[s][k]; out(s, l) = C[l][s].
+  // else:    W = B^T [N, K], X(s, k) = A[s][k] or A^T[k][s]; out(s, l) = C[s][l].
+  const int w = n_small ? op.inputs[0] : x.g.ops[kp.view_op].inputs[0];
+  int xi = n_small ? op.inputs[1] : op.inputs[0];
+  int64_t xs = 0, xk = 0;
+  if (n_small) {
+    const bool bt = kp.view_op >= 0;
+    if (bt) xi = x.g.ops[kp.view_op].inputs[0];
+    xs = bt ? m.K : 1, xk = bt ? 1 : m.N;
+  } else {
+    if (a_view >= 0) xi = x.g.ops[a_view].inputs[0];
+    xs = a_view >= 0 ? 1 : m.K, xk = a_view >= 0 ? m.M : 1;
+  }
+  const int64_t cs = n_small ? 1 : m.N, cl = n_small ? m.N : 1;
+  L.f("err = kiln::rt::f32_rowdot_launch({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+      "stream);",
+      s, x.ptr(w), m.K, x.ptr(xi), xs, xk, x.ptr(op.outputs[0]), cs, cl, l, m.K, splits,
+      splits > 1 ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
+                 : std::string("nullptr"));
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
+std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, int k,
+                                                        KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul || ctx.t.arch != Arch::Sm90a) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (s.a.dtype != DType::F32 && s.b.dtype != DType::F32) return std::nullopt;
+  if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
+  Tf32x3GemmKernel p;
+  const int64_t folded = folded_rows(s);
+  p.rows = folded >= 1 ? folded : s.M;
+  p.batch = folded >= 1 ? 1 : s.batch;
+  // Up to 32 rows the split pass would move three times B's bytes for little work.
+  if (p.rows <= 32 || p.batch > 64) return std::nullopt;
+  const int tb = transposed_2d_source(ctx, op, 1);
+  if (tb >= 0) {
+    kp.view_op = tb;
+    p.b_kmajor = true;
+  }
+  const int ta = transposed_2d_source(ctx, op, 0);
+  if (ta >= 0 && ta != tb) {
+    kp.prologue_op = ta;
+    p.a_view = ta;
+  }
+  p.splits = f32x3_splits(p.rows, s.N, s.K, ctx.t.sm_count);
+  kp.splits = p.splits;
+  kp.threads = 384;
+  kp.grid = std::min<int64_t>(cdiv(s.N, 128) * cdiv(p.rows, 128) * p.splits, ctx.t.sm_count);
+  const int64_t kpad = cdiv(s.K, 32) * 32;
+  kp.scratch_bytes =
+      (p.rows + s.N) * 2 * kpad * 4 + (p.splits > 1 ? p.splits * p.rows * s.N * 4 : 0);
+  return p;
+}
+
+std::string Tf32x3GemmKernel::describe() const {
+  std::string r = fmt::format("tf32x3 wgmma_ws 128x128x32 s6{}",
+                              splits > 1 ? fmt::format(" split-k {}", splits) : "");
+  if (batch > 1) r += fmt::format(", {} launches", batch);
+  if (b_kmajor) r += ", B read K-major in place";
+  if (a_view >= 0) r += ", A read transposed in place";
+  return r;
+}
+
+// Two split passes (read A and B, write their hi/lo pairs), then the GEMM over three K segments
+// at tf32's rate (half the 16-bit tensor rate: counted as twice the flops), reading the pairs
+// (B's hi twice), and with split-K a pass over the partials. Measured on the H200 at 2048^3:
+// the GEMM 150 us of 169.
+KernelCost Tf32x3GemmKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+  const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
+  const double M = double(rows), N = double(b.shape.back()), K = double(a.shape.back());
+  const double kp = double(cdiv(static_cast<int64_t>(K), 32) * 32), nb = double(batch);
+  KernelCost c;
+  c.name = x.op.name;
+  c.blocks = cdiv(static_cast<int64_t>(N), 128) * cdiv(rows, 128) * splits;
+  c.waves = cdiv(c.blocks, x.t.sm_count);
+  c.iterations = 3 * static_cast<int64_t>(kp) / 32 / splits;
+  c.pipeline_stages = 6;
+  const double pairs = (M + N) * 2 * kp * 4 * nb;
+  c.dram_read = double(numel(a.shape)) * dtype_bytes(a.dtype) +
+                double(numel(b.shape)) * dtype_bytes(b.dtype) + pairs * 1.5;
+  c.dram_write = pairs + double(numel(o.shape)) * dtype_bytes(o.dtype);
+  if (splits > 1) c.dram_write += 2.0 * splits * M * N * 4 * nb;  // written, then read back
+  c.l2_bytes = M * 2 * kp * 4 * double(cdiv(static_cast<int64_t>(N), 128) - 1) * nb;
+  c.tc_flops = 2.0 * 2.0 * double(pad(rows, 128)) * double(pad(static_cast<int64_t>(N), 128)) *
+               3.0 * kp * nb;
+  const double wave_u = double(c.blocks) / double(c.waves * x.t.sm_count);
+  finish_times(c, x.t, k, 1.0, wave_u);
+  // The split passes and the split-K sum are launches of their own, and the batch's GEMMs run
+  // one after another.
+  c.time += (1.0 + (splits > 1 ? 1.0 : 0.0)) * (x.t.launch_s + k.fixed_s) * nb;
+  return c;
+}
+
+void Tf32x3GemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  Code& L = m.L;
+  // A: the matmul's input, or the 2-D tensor its transpose reads (stored K x M); B likewise
+  // (stored N x K where read K-major).
+  const int a = a_view >= 0 ? x.g.ops[a_view].inputs[0] : op.inputs[0];
+  const int b = b_kmajor ? x.g.ops[kp.view_op].inputs[0] : op.inputs[1];
+  const int64_t M = rows;
+  const int64_t lda = a_view >= 0 ? M : m.K, ldb = b_kmajor ? m.K : m.N;
+  const std::string ws = fmt::format("ws + {}", kp.scratch_offset);
+  auto launch = [&](const std::string& ao, const std::string& bo, const std::string& co) {
+    L.f("err = kiln::rt::gemm_f32x3_launch({}{}, {}, {}, {}{}, {}, {}, {}{}, {}, {}, {}, {}, {}, "
+        "{}, "
+        "kiln::rt::WgmmaEpiIdentity(), stream);",
+        x.ptr(a), ao, lda, a_view >= 0 ? "true" : "false", x.ptr(b), bo, ldb,
+        b_kmajor ? "true" : "false", x.ptr(op.outputs[0]), co, m.N, M, m.N, m.K, splits, ws);
+    L.line("if (err != cudaSuccess) return err;");
+  };
+  if (batch == 1) {
+    launch("", "", "");
+  } else {
+    // One GEMM per batch index (b0, b1) of the output, with each operand's broadcast strides;
+    // the launches share the workspace, in stream order.
+    L.open(fmt::format("for (int64_t b0 = 0; b0 < {}; ++b0) {{", m.ob[0]));
+    L.open(fmt::format("for (int64_t b1 = 0; b1 < {}; ++b1) {{", m.ob[1]));
+    launch(fmt::format(" + b0 * {} + b1 * {}", m.as[0], m.as[1]),
+           fmt::format(" + b0 * {} + b1 * {}", m.bs[0], m.bs[1]),
+           fmt::format(" + (b0 * {} + b1) * {}", m.ob[1], M * m.N));
+    L.close();
+    L.close();
+  }
+  L.close();
+}
+
 std::optional<GemmTcKernel> GemmTcKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
   const KernelOp& op = ctx.g.ops[k];
   if (op.kind != OpKind::MatMul) return std::nullopt;

@@ -536,5 +536,106 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
             std::string::npos);
 }
 
+// f32 matmuls past 32 rows run the three-pass tf32 GEMM on sm_90a, reading 2-D transposes of
+// either operand in place and launching one GEMM per batch index of a batched B; split-K only
+// where the tiles do not fill the SMs, with the partials in the kernel's workspace. Decode rows,
+// sm_80 and 16-bit operands keep their kernels.
+TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
+  auto f32_graph = [](Arch arch, int64_t m, int64_t k, int64_t n, bool a_t, bool b_t,
+                      int64_t batch) {
+    KernelGraphBuilder kb("f32", "", arch);
+    Shape as = a_t ? Shape{k, m} : Shape{m, k}, bs = b_t ? Shape{n, k} : Shape{k, n};
+    if (batch > 1) as.insert(as.begin(), batch), bs.insert(bs.begin(), batch);
+    int a = kb.input("A", as, DType::F32);
+    int b = kb.input("B", bs, DType::F32);
+    if (a_t) a = kb.op(OpKind::Transpose, {a}, {}, "At");
+    if (b_t) b = kb.op(OpKind::Transpose, {b}, {}, "Bt");
+    kb.output(kb.op(OpKind::MatMul, {a, b}, {}, "C"));
+    return std::move(kb).finish();
+  };
+  struct Case {
+    int64_t m, k, n;
+    bool a_t, b_t;
+    int64_t batch;
+    int splits;
+  };
+  for (const Case& c :
+       {Case{2048, 2048, 2048, false, false, 1, 1}, Case{128, 1024, 512, false, true, 1, 6},
+        Case{768, 1024, 512, true, false, 1, 6}, Case{300, 1000, 520, true, true, 1, 6},
+        Case{256, 512, 384, false, false, 8, 3}}) {
+    const KernelGraph g = f32_graph(Arch::Sm90a, c.m, c.k, c.n, c.a_t, c.b_t, c.batch);
+    const Schedule s = plan_schedule(g, target_for(Arch::Sm90a));
+    const KernelPlan& mm = s.kernels.back();
+    const Tf32x3GemmKernel* p = mm.as<Tf32x3GemmKernel>();
+    ASSERT_TRUE(p) << mm.strategy();
+    EXPECT_EQ(p->splits, c.splits) << c.m << " " << c.n;
+    EXPECT_EQ(p->batch, c.batch);
+    EXPECT_EQ(p->b_kmajor, c.b_t);
+    EXPECT_EQ(p->a_view >= 0, c.a_t);
+    // The transposes are read in place: no kernel of their own.
+    for (size_t i = 0; i + 1 < s.kernels.size(); ++i)
+      if (g.ops[i].kind == OpKind::Transpose) EXPECT_TRUE(s.kernels[i].as<FusedIntoKernel>());
+    const int64_t kp = (c.k + 31) / 32 * 32;
+    EXPECT_EQ(mm.scratch_bytes,
+              (c.m + c.n) * 2 * kp * 4 + (c.splits > 1 ? int64_t(c.splits) * c.m * c.n * 4 : 0));
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find("kiln::rt::gemm_f32x3_launch("), std::string::npos);
+    EXPECT_NE(
+        cu.find(fmt::format("{}, {}, {}, {}, ws + {}", c.m, c.n, c.k, c.splits, mm.scratch_offset)),
+        std::string::npos);
+    if (c.batch > 1) EXPECT_NE(cu.find("for (int64_t b1 = 0; b1 < 8; ++b1) {"), std::string::npos);
+  }
+  // Matrix-vector shapes read the large operand once on the CUDA cores (f32_rowdot): N <= 8 with A
+  // row-major (W = A), M <= 8 with B read K-major through its transpose (W = B^T); k-splits where
+  // the rows are few.
+  {
+    const KernelGraph mv = f32_graph(Arch::Sm90a, 2048, 8192, 1, false, false, 1);
+    const Schedule s = plan_schedule(mv, target_for(Arch::Sm90a));
+    const F32RowdotKernel* p = s.kernels.back().as<F32RowdotKernel>();
+    ASSERT_TRUE(p);
+    EXPECT_TRUE(p->n_small);
+    EXPECT_EQ(p->s, 1);
+    EXPECT_EQ(p->l, 2048);
+    EXPECT_EQ(p->splits, 2);  // 16 warps per SM want 2 splits of 2048 rows; K allows 4
+    EXPECT_NE(
+        emit_cuda(mv).find("f32_rowdot_launch(1, t0, 8192, t1, 1, 1, t2, 1, 1, 2048, 8192, 2, "),
+        std::string::npos);
+    const KernelGraph lin = f32_graph(Arch::Sm80, 4, 4096, 4096, false, true, 1);
+    const Schedule sl = plan_schedule(lin, target_for(Arch::Sm80));
+    const F32RowdotKernel* q = sl.kernels.back().as<F32RowdotKernel>();
+    ASSERT_TRUE(q);
+    EXPECT_FALSE(q->n_small);
+    EXPECT_TRUE(sl.kernels[0].as<FusedIntoKernel>());  // B's transpose is read in place
+    EXPECT_NE(
+        emit_cuda(lin).find("f32_rowdot_launch(4, t1, 4096, t0, 4096, 1, t3, 4096, 1, 4096, "),
+        std::string::npos);
+    // M <= 8 with B stored [K, N]: W's K is not contiguous; A transposed with N <= 8 likewise.
+    EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm90a, 4, 4096, 4096, false, false, 1),
+                               target_for(Arch::Sm90a))
+                     .kernels.back()
+                     .as<F32RowdotKernel>());
+    EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm90a, 4096, 4096, 4, true, false, 1),
+                               target_for(Arch::Sm90a))
+                     .kernels.back()
+                     .as<F32RowdotKernel>());
+  }
+  // Not the tf32 GEMM: 32 rows or fewer, sm_80, f16 operands.
+  EXPECT_FALSE(
+      plan_schedule(f32_graph(Arch::Sm90a, 32, 4096, 4096, false, true, 1), target_for(Arch::Sm90a))
+          .kernels.back()
+          .as<Tf32x3GemmKernel>());
+  EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm80, 2048, 2048, 2048, false, false, 1),
+                             target_for(Arch::Sm80))
+                   .kernels.back()
+                   .as<Tf32x3GemmKernel>());
+  KernelGraphBuilder kb("f16", "", Arch::Sm90a);
+  const int x = kb.input("X", {512, 1024}, DType::F16);
+  const int w = kb.input("W", {1024, 512}, DType::F16);
+  kb.output(kb.op(OpKind::MatMul, {x, w}, {}, "Y"));
+  EXPECT_FALSE(plan_schedule(std::move(kb).finish(), target_for(Arch::Sm90a))
+                   .kernels[0]
+                   .as<Tf32x3GemmKernel>());
+}
+
 }  // namespace
 }  // namespace kiln

@@ -948,6 +948,69 @@ void test_wgmma_dual(int M, int N, int K, int pad = 0, WgmmaWsTuning tune = Wgmm
   report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
 }
 
+// tf32.cuh: f32 A (M x K, or stored transposed) times B (K x N, or nn.Linear's N x K) through the
+// three-pass tf32 GEMM with split-K as planned for this GPU, bias + relu epilogue, against float64.
+// 1e-5 is 30x under one tf32 pass's error (~3e-4), so a dropped pass or a wrong split fails.
+static void test_f32x3(const cudaDeviceProp& prop, int M, int N, int K, bool a_trans, bool b_kmajor,
+                       int splits = 0) {
+  auto A = random_vec<float>(size_t(M) * K), B = random_vec<float>(size_t(K) * N);
+  auto bias = random_vec<float>(N);
+  if (splits == 0) splits = gemm_f32x3_splits(M, N, K, prop.multiProcessorCount);
+  const int ldc = N + 3;
+  DBuf<float> dA(A.size()), dB(B.size()), dC(size_t(M) * ldc), dbias(N);
+  DBuf<char> ws(gemm_f32x3_workspace(M, N, K, splits));
+  dA.upload(A), dB.upload(B), dbias.upload(bias);
+  CK(gemm_f32x3_launch(dA.p, a_trans ? M : K, a_trans, dB.p, b_kmajor ? K : N, b_kmajor, dC.p, ldc,
+                       M, N, K, splits, ws.p, WsEpiBiasRelu{dbias.p}, 0));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(C.size(), 0.0);
+  int bad_pad = 0;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k)
+        acc += double(a_trans ? A[size_t(k) * M + m] : A[size_t(m) * K + k]) *
+               double(b_kmajor ? B[size_t(n) * K + k] : B[size_t(k) * N + n]);
+      ref[size_t(m) * ldc + n] = std::max(acc + bias[n], 0.0);
+    }
+    for (int n = N; n < ldc; ++n) {
+      if (!std::isnan(C[size_t(m) * ldc + n])) ++bad_pad;
+      C[size_t(m) * ldc + n] = 0.0f;
+    }
+  }
+  const double err = rel_l2(C, ref);
+  char name[160];
+  snprintf(name, sizeof name, "gemm_f32x3_m%d_n%d_k%d%s%s_splits%d", M, N, K, a_trans ? "_at" : "",
+           b_kmajor ? "_bk" : "", splits);
+  report(name, within(err, 1e-5) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
+}
+
+// f32_rowdot (tf32.cuh): S <= 8 vectors against a K-contiguous W of L rows, both output layouts
+// (out(s, l) at C[s * cs + l * cl]), X by rows or columns, ragged K, with and without k-splits.
+static void test_f32_rowdot(int S, int L, int K, bool x_rows, bool out_sl, int splits) {
+  auto W = random_vec<float>(size_t(L) * K), X = random_vec<float>(size_t(S) * K);
+  const int64_t xs = x_rows ? K : 1, xk = x_rows ? 1 : S;
+  const int64_t cs = out_sl ? L : 1, cl = out_sl ? 1 : S;
+  DBuf<float> dW(W.size()), dX(X.size()), dC(size_t(S) * L), ws(size_t(splits) * S * L);
+  dW.upload(W), dX.upload(X);
+  CK(f32_rowdot_launch(S, dW.p, K, dX.p, xs, xk, dC.p, cs, cl, L, K, splits, ws.p, 0));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(C.size());
+  for (int s = 0; s < S; ++s)
+    for (int l = 0; l < L; ++l) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += double(W[size_t(l) * K + k]) * X[s * xs + k * xk];
+      ref[s * cs + l * cl] = acc;
+    }
+  char name[160];
+  snprintf(name, sizeof name, "f32_rowdot_s%d_l%d_k%d%s%s_splits%d", S, L, K,
+           x_rows ? "" : "_xcols", out_sl ? "" : "_outls", splits);
+  const double err = rel_l2(C, ref);
+  report(name, within(err, 1e-5), "rel_l2=%.2e", err);
+}
+
 static void test_wgmma(const cudaDeviceProp& prop) {
   if (!device_has_wgmma(prop)) {
     printf("SKIP wgmma (needs an sm_90 device and a build for sm_90a)\n");
@@ -999,6 +1062,19 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 4, 2, true>>(260, 264, 1030);
   test_wgmma_dual<H, WgmmaGemmWS<H, 2, 4, 1, true>>(300, 136, 520, 8, cap2);
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 3, 2, true>>(390, 264, 200, 8, cap2);
+  // f32 operands through three tf32 passes: every layout, ragged and tiny K, split-K from 1 to
+  // uneven splits of the k-tiles, K long enough for the accumulator promotion to matter.
+  test_f32x3(prop, 256, 256, 1024, false, false);
+  test_f32x3(prop, 300, 392, 1000, false, true);
+  test_f32x3(prop, 77, 40, 522, true, false);
+  test_f32x3(prop, 129, 136, 7, true, true);
+  test_f32x3(prop, 260, 264, 1030, false, false, 1);
+  test_f32x3(prop, 260, 264, 1030, false, true, 5);
+  test_f32x3(prop, 64, 128, 4100, false, false, 3);
+  test_f32_rowdot(1, 2048, 8192, false, false, 2);
+  test_f32_rowdot(4, 1000, 4099, true, true, 1);
+  test_f32_rowdot(8, 77, 10000, false, false, 4);
+  test_f32_rowdot(3, 513, 64, true, true, 1);
 }
 
 // ---- gemv.cuh ----------------------------------------------------------------------------------

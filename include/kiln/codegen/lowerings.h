@@ -24,7 +24,9 @@ using LoweredPlan =
                  FillKernel, FoldedConstant,
                  FusedIntoKernel,  // never matches: assigned by a consumer
                  ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnSumGemvKernel,
-                 ColumnKernel, GemvKernel, WgmmaGemmKernel, GemmTcKernel, FmaKernel,
+                 ColumnKernel, GemvKernel, WgmmaGemmKernel, F32RowdotKernel,
+                 Tf32x3GemmKernel, GemmTcKernel,
+                 FmaKernel,
                  ContractionKernel, AttentionKernel, RowChainKernel, BlockGraphKernel>;
 
 }  // namespace kiln

@@ -16,6 +16,32 @@ struct WgmmaGemmKernel {
   KILN_LOWERING(WgmmaGemmKernel);
 };
 
+// f32 matrix-vector shapes: one side of at most 8 vectors (N <= 8 with A's K contiguous, or
+// M <= 8 with B read K-major through a transpose), 2-D operands: the runtime's f32_rowdot (a warp
+// per row of the large operand and K split, f32 FMA, the large operand read once;
+// runtime/tf32.cuh).
+struct F32RowdotKernel {
+  bool n_small = false;  // S = N, W = A; else S = M, W = B^T
+  int64_t s = 0, l = 0;  // the small and the large extents
+  int splits = 1;
+  int a_view = -1;  // the transpose op read in place as A, or -1
+  KILN_LOWERING(F32RowdotKernel);
+};
+
+// f32 operands (either or both; the other may be 16-bit) on sm_90a, past 32 rows: the runtime's
+// three-pass tf32 GEMM (runtime/tf32.cuh: hi/lo splits, then the warp-specialized wgmma GEMM over
+// three K segments, f32-accurate), split-K where the tiles cannot fill the SMs. Any layout: an A
+// or B that is a transpose of a 2-D tensor is read in place by the split pass (view_op for B;
+// a_view for A), as is any batch (one GEMM per batch index where B has batch dims).
+struct Tf32x3GemmKernel {
+  int64_t rows = 0;   // M, or M times the batch folded into one GEMM
+  int64_t batch = 1;  // GEMMs launched one after another (B batched)
+  int splits = 1;
+  bool b_kmajor = false;
+  int a_view = -1;  // the transpose op read in place as A, or -1
+  KILN_LOWERING(Tf32x3GemmKernel);
+};
+
 // mma.sync 128x128x32 tiles (3 stages), or 64x128x32 (4 stages) for M <= 64.
 struct GemmTcKernel {
   bool small = false;

@@ -1,0 +1,262 @@
+// Kiln runtime, tf32: f32 matmuls on the tensor cores at f32 accuracy ("3xTF32").
+//
+// Each operand value splits as x = hi + lo with hi = tf32(x) and lo = tf32(x - hi), both rounded
+// to nearest, so |x - hi - lo| <= 2^-22 |x|. Then A B = hi_a hi_b + hi_a lo_b + lo_a hi_b +
+// lo_a lo_b, and the last term (at most 2^-22 of each product) is dropped. A product of two tf32
+// values is exact in f32 and wgmma accumulates in f32, so the three-pass product's error is of the
+// order of an f32 FMA GEMM's, where one tf32 pass (11 bits of each operand) is ~3e-4 relative L2
+// on std-1 data at any K: beyond the spec format's 1e-4 for f32 outputs.
+//
+// gemm_f32x3_launch: two split passes (tf32_split_kernel) write A as [M, 2 Kp] = [hi | lo] and B
+// as B^T [N, 2 Kp] (K-major: tf32 wgmma has no transpose bits, so an N-major B is transposed
+// here), Kp = K rounded up to 32 with zeros; then the warp-specialized wgmma GEMM
+// (WgmmaGemmWS<float, ...>, wgmma.cuh) walks the three K segments into one accumulator and runs
+// the epilogue functor on the f32 result. Any of A, B may be stored transposed; any input dtype
+// (f16 and bf16 values are exact in tf32, so their lo is 0). Where the 128 x 128 tiles cannot
+// fill the GPU, K is split over work units that write f32 partials, summed in order by
+// splitk_epilogue_kernel, which then runs the epilogue. Workspace: gemm_f32x3_workspace bytes,
+// 16-byte aligned; sm_90a only.
+#ifndef KILN_RT_TF32_CUH
+#define KILN_RT_TF32_CUH
+
+#ifndef KILN_RT_WGMMA_CUH
+#include "wgmma.cuh"
+#endif
+
+namespace kiln {
+namespace rt {
+
+// x rounded to tf32 (10 mantissa bits, to nearest, ties away), as a float with the low 13 bits 0.
+KILN_DEV float tf32_round(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
+
+// Y[r][k] = hi, Y[r][Kp + k] = lo of X's element (r, k) of an R x K view, 0 for K <= k < Kp:
+// X[r * ld + k] (TRANS false) or X[k * ld + r] (TRANS true, X stored K x R). 32 x 32 tiles
+// through shared memory, so reads and writes are coalesced either way. Grid (Kp / 32,
+// ceil(R / 32)), block (32, 8).
+template <typename TS, bool TRANS>
+__global__ void __launch_bounds__(256)
+    tf32_split_kernel(const TS* __restrict__ X, float* __restrict__ Y, int R, int K, int64_t ld,
+                      int Kp) {
+  pdl_entry();  // before any load or store (base.cuh)
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x, ty = threadIdx.y;
+#pragma unroll
+  for (int i = ty; i < 32; i += 8) {
+    if (TRANS) {  // row k0 + i of the stored K x R matrix, columns r0 + tx
+      const int k = k0 + i, r = r0 + tx;
+      tile[tx][i] = (k < K && r < R) ? to_f32(X[int64_t(k) * ld + r]) : 0.0f;
+    } else {
+      const int r = r0 + i, k = k0 + tx;
+      tile[i][tx] = (k < K && r < R) ? to_f32(X[int64_t(r) * ld + k]) : 0.0f;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = ty; i < 32; i += 8) {
+    const int r = r0 + i;
+    if (r >= R) continue;
+    const float x = tile[i][tx], hi = tf32_round(x);
+    float* y = Y + int64_t(r) * 2 * Kp + k0 + tx;
+    y[0] = hi;
+    y[Kp] = tf32_round(x - hi);
+  }
+}
+
+// C[r * ldc + c] = epi(sum over s < splits of part[s * stride + r * N + c], 0, r, c), the
+// splits in order. Grid-stride over M x N.
+template <typename TO, class Epi>
+__global__ void __launch_bounds__(256)
+    splitk_epilogue_kernel(const float* __restrict__ part, int splits, int64_t stride, int M, int N,
+                           TO* __restrict__ C, int64_t ldc, Epi epi) {
+  pdl_entry();  // before any load or store (base.cuh)
+  const int64_t count = int64_t(M) * N;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < count;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += part[s * stride + e];
+    const int r = int(e / N), c = int(e - int64_t(r) * N);
+    C[r * ldc + c] = from_f32<TO>(epi(v, 0.0f, r, c));
+  }
+}
+
+// ---- f32 products with one side of at most 8 vectors (matrix-vector shapes) -------------------
+//
+// out(s, l) = sum over k of W(l, k) X(s, k) for s < S <= 8, l < L: W the large operand with its K
+// contiguous (W[l * ldw + k]), X the small one at X[s * xs + k * xk], out at C[s * cs + l * cl].
+// A warp per (row l, K split): lanes stride over k four at a time (float4 when ldw % 4 == 0 and W
+// is 16-byte aligned), the S sums reduced by shuffles; W is read once, as f32 FMA (exact enough:
+// no tf32). With splits > 1 the partials go to part[split * L * S + (s * cs + l * cl)] for
+// splitk_epilogue_kernel (in the order of C's elements), else straight to C.
+template <int S, typename TW, typename TX, typename TO>
+__global__ void __launch_bounds__(256)
+    f32_rowdot_kernel(const TW* __restrict__ W, int64_t ldw, const TX* __restrict__ X, int64_t xs,
+                      int64_t xk, TO* __restrict__ C, int64_t cs, int64_t cl,
+                      float* __restrict__ part, int L, int K, int splits) {
+  pdl_entry();  // before any load or store (base.cuh)
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int kc = (K / splits + 3) / 4 * 4;  // a split's k range, a multiple of 4
+  const bool vec = sizeof(TW) == 4 && ldw % 4 == 0 && (reinterpret_cast<uintptr_t>(W) & 15) == 0;
+  for (int64_t wi = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
+       wi < int64_t(L) * splits; wi += warps) {
+    const int l = int(wi % L), sp = int(wi / L);
+    const int k0 = sp * kc, k1 = sp == splits - 1 ? K : min_i(K, k0 + kc);
+    const TW* w = W + l * ldw;
+    float acc[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) acc[s] = 0.0f;
+    for (int k = k0 + 4 * lane; k < k1; k += 128) {
+      float wv[4];
+      if (vec && k + 3 < k1) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(w + k));
+        wv[0] = v.x, wv[1] = v.y, wv[2] = v.z, wv[3] = v.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) wv[e] = k + e < k1 ? to_f32(w[k + e]) : 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (k + e >= k1) break;
+#pragma unroll
+        for (int s = 0; s < S; ++s) acc[s] = fmaf(wv[e], to_f32(X[s * xs + (k + e) * xk]), acc[s]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[s] += __shfl_xor_sync(0xffffffffu, acc[s], o);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const int64_t at = s * cs + l * cl;
+        if (splits > 1) {
+          part[int64_t(sp) * L * S + at] = acc[s];
+        } else {
+          C[at] = from_f32<TO>(acc[s]);
+        }
+      }
+    }
+  }
+}
+
+#ifndef __CUDACC_RTC__
+inline int tf32_padded_k(int K) {
+  return (K + 31) / 32 * 32;
+}
+
+// The split-K factor gemm_f32x3_launch uses on a GPU of `sms` SMs: 1 where the 128 x 128 tiles
+// fill the SMs, else up to enough splits to fill them, each split at least 16 of the 3 Kp / 32
+// k-tiles, at most 16 splits. The planner calls it with the target's SM count to size the
+// workspace; a launch on a GPU with another count passes that count's splits.
+inline int gemm_f32x3_splits(int M, int N, int K, int sms) {
+  const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
+  const int ktiles = 3 * tf32_padded_k(K) / 32;
+  if (tiles >= sms) return 1;
+  int s = (sms + tiles - 1) / tiles;
+  s = s < ktiles / 16 ? s : ktiles / 16;
+  s = s < 16 ? s : 16;
+  return s < 1 ? 1 : s;
+}
+
+// Bytes of workspace: the split operands, and the partials where splits > 1.
+inline size_t gemm_f32x3_workspace(int M, int N, int K, int splits) {
+  const size_t split = (size_t(M) + size_t(N)) * 2 * size_t(tf32_padded_k(K)) * sizeof(float);
+  return split + (splits > 1 ? size_t(splits) * M * N * sizeof(float) : 0);
+}
+
+template <typename TS>
+inline cudaError_t tf32_split_launch(const TS* X, int64_t ld, bool trans, float* Y, int R, int K,
+                                     cudaStream_t stream) {
+  const int Kp = tf32_padded_k(K);
+  const dim3 grid(Kp / 32, (R + 31) / 32), block(32, 8);
+  return trans
+             ? launch(tf32_split_kernel<TS, true>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp)
+             : launch(tf32_split_kernel<TS, false>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp);
+}
+
+// The K split of f32_rowdot_launch: enough warps for ~16 per SM where the rows are few, each split
+// at least 2048 k.
+inline int f32_rowdot_splits(int L, int K, int sms) {
+  const int want = (16 * sms + L - 1) / L, most = K / 2048;
+  const int s = want < most ? want : most;
+  return s < 1 ? 1 : (s > 32 ? 32 : s);
+}
+
+// Launches f32_rowdot_kernel<S> (S <= 8 small vectors; see there) and, with splits > 1, the sum of
+// the partials (workspace: splits * L * S floats, C's elements contiguous: cs, cl describe a dense
+// S x L or L x S output).
+template <typename TW, typename TX, typename TO>
+inline cudaError_t f32_rowdot_launch(int S, const TW* W, int64_t ldw, const TX* X, int64_t xs,
+                                     int64_t xk, TO* C, int64_t cs, int64_t cl, int L, int K,
+                                     int splits, float* workspace, cudaStream_t stream) {
+  if (S < 1 || S > 8 || L < 1 || K < 1 || splits < 1 || (splits > 1 && workspace == nullptr))
+    return cudaErrorInvalidValue;
+  const int64_t warps = int64_t(L) * splits;
+  const dim3 grid(unsigned(warps / 8 + 1 < 65535 ? warps / 8 + 1 : 65535)), block(256);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (S) {
+#define KILN_RT_ROWDOT(n)                                                                         \
+  case n:                                                                                         \
+    e = launch(f32_rowdot_kernel<n, TW, TX, TO>, grid, block, 0, stream, 1, W, ldw, X, xs, xk, C, \
+               cs, cl, workspace, L, K, splits);                                                  \
+    break;
+    KILN_RT_ROWDOT(1)
+    KILN_RT_ROWDOT(2) KILN_RT_ROWDOT(3) KILN_RT_ROWDOT(4) KILN_RT_ROWDOT(5) KILN_RT_ROWDOT(6)
+        KILN_RT_ROWDOT(7) KILN_RT_ROWDOT(8)
+#undef KILN_RT_ROWDOT
+  }
+  if (e != cudaSuccess || splits == 1) return e;
+  const int64_t count = int64_t(L) * S;
+  const int blocks = int(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
+  // The partials are in C's element order: sum them as one dense row of `count` elements.
+  return launch(splitk_epilogue_kernel<TO, WgmmaEpiIdentity>, dim3(blocks), dim3(256), 0, stream, 1,
+                static_cast<const float*>(workspace), splits, count, 1, int(count), C, count,
+                WgmmaEpiIdentity());
+}
+
+// C [M, N] (row stride ldc) = epi(A B) in f32 accuracy on the tensor cores. A is M x K: A[m * lda +
+// k], or with a_trans A[k * lda + m]; B is K x N: B[k * ldb + n], or with b_kmajor (nn.Linear's
+// weight layout, B^T stored [N, K]) B[n * ldb + k]. Epi as wgmma_ws_gemm_launch's (one weight:
+// epi(v, 0, m, n)). `splits` from gemm_f32x3_splits; workspace of gemm_f32x3_workspace bytes.
+template <typename TA, typename TB, typename TO, class Epi>
+inline cudaError_t gemm_f32x3_launch(const TA* A, int64_t lda, bool a_trans, const TB* B,
+                                     int64_t ldb, bool b_kmajor, TO* C, int64_t ldc, int M, int N,
+                                     int K, int splits, void* workspace, Epi epi,
+                                     cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1 || splits < 1 || workspace == nullptr) return cudaErrorInvalidValue;
+  const int Kp = tf32_padded_k(K);
+  float* a2 = static_cast<float*>(workspace);
+  float* b2 = a2 + size_t(M) * 2 * Kp;
+  float* part = b2 + size_t(N) * 2 * Kp;
+  cudaError_t e = tf32_split_launch(A, lda, a_trans, a2, M, K, stream);
+  if (e == cudaSuccess) e = tf32_split_launch(B, ldb, !b_kmajor, b2, N, K, stream);
+  if (e != cudaSuccess) return e;
+  // 32 KB a stage (A 128 x 32 and B^T 128 x 32 floats), both consumers on each tile (the
+  // accumulator promotion needs the registers ping-pong would hold a second tile in).
+  using G = WgmmaGemmWS<float, 1, 6, 1, true, false>;
+  if (splits == 1)
+    return wgmma_ws_gemm_launch<G, TO, Epi>(a2, 2 * int64_t(Kp), b2, b2, 2 * int64_t(Kp), C, ldc, M,
+                                            N, Kp, epi, stream);
+  WgmmaWsTuning tune;
+  tune.splits = splits;
+  tune.split_stride = int64_t(M) * N;
+  e = wgmma_ws_gemm_launch<G, float, WgmmaEpiIdentity>(a2, 2 * int64_t(Kp), b2, b2, 2 * int64_t(Kp),
+                                                       part, N, M, N, Kp, WgmmaEpiIdentity(),
+                                                       stream, tune);
+  if (e != cudaSuccess) return e;
+  const int64_t count = int64_t(M) * N;
+  const int blocks = int(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
+  return launch(splitk_epilogue_kernel<TO, Epi>, dim3(blocks), dim3(256), 0, stream, 1, part,
+                splits, tune.split_stride, M, N, C, ldc, epi);
+}
+#endif  // __CUDACC_RTC__
+
+}  // namespace rt
+}  // namespace kiln
+
+#endif  // KILN_RT_TF32_CUH
