@@ -233,7 +233,14 @@ void count_block_ops(const BlockGraph& bg, const BlockSchedule* plan, const Cost
       case OpClass::Matmul: {
         const Shape& a = bg.ops[o.inputs[0]].shape;
         const Shape& b = bg.ops[o.inputs[1]].shape;
-        c.tc_flops += matmul_tc_flops(a, b, o.shape) * mult;
+        // A product the plan keeps off the tensor cores (f32 operands, or fragments that do not
+        // fit) is a dot product per element on the CUDA cores, at a fraction of their rate.
+        if (plan && plan->tiles.size() == n && !plan->tiles[i].mma.use) {
+          c.cuda_flops += 2.0 * double(numel(o.shape)) * double(a.back()) * mult /
+                          k.fma_matmul_efficiency;
+        } else {
+          c.tc_flops += matmul_tc_flops(a, b, o.shape) * mult;
+        }
         break;
       }
       case OpClass::Fused:

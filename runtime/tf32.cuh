@@ -36,13 +36,16 @@ KILN_DEV float tf32_round(float x) {
 // Y[r][k] = hi, Y[r][Kp + k] = lo of X's element (r, k) of an R x K view, 0 for K <= k < Kp:
 // X[r * ld + k] (TRANS false) or X[k * ld + r] (TRANS true, X stored K x R). 32 x 32 tiles
 // through shared memory, so reads and writes are coalesced either way. Grid (Kp / 32,
-// ceil(R / 32)), block (32, 8).
+// ceil(R / 32), batch), block (32, 8): batch index z reads X + (z / nb1) s0 + (z % nb1) s1 (0
+// strides broadcast) and writes Y + z R 2 Kp.
 template <typename TS, bool TRANS>
 __global__ void __launch_bounds__(256)
     tf32_split_kernel(const TS* __restrict__ X, float* __restrict__ Y, int R, int K, int64_t ld,
-                      int Kp) {
+                      int Kp, int nb1, int64_t s0, int64_t s1) {
   pdl_entry();  // before any load or store (base.cuh)
   __shared__ float tile[32][33];
+  X += int64_t(blockIdx.z / nb1) * s0 + int64_t(blockIdx.z % nb1) * s1;
+  Y += int64_t(blockIdx.z) * R * 2 * Kp;
   const int k0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x, ty = threadIdx.y;
 #pragma unroll
   for (int i = ty; i < 32; i += 8) {
@@ -100,7 +103,11 @@ __global__ void __launch_bounds__(256)
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   const int kc = (K / splits + 3) / 4 * 4;  // a split's k range, a multiple of 4
-  const bool vec = sizeof(TW) == 4 && ldw % 4 == 0 && (reinterpret_cast<uintptr_t>(W) & 15) == 0;
+  // Fast path: W rows and (xk == 1) X rows read as float4, four 128-k steps unrolled so that each
+  // lane keeps four W loads in flight; the rest of a split's range (and any other layout) scalar.
+  const bool wv4 = sizeof(TW) == 4 && ldw % 4 == 0 && (reinterpret_cast<uintptr_t>(W) & 15) == 0;
+  const bool xv4 =
+      sizeof(TX) == 4 && xk == 1 && xs % 4 == 0 && (reinterpret_cast<uintptr_t>(X) & 15) == 0;
   for (int64_t wi = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5);
        wi < int64_t(L) * splits; wi += warps) {
     const int l = int(wi % L), sp = int(wi / L);
@@ -109,20 +116,43 @@ __global__ void __launch_bounds__(256)
     float acc[S];
 #pragma unroll
     for (int s = 0; s < S; ++s) acc[s] = 0.0f;
-    for (int k = k0 + 4 * lane; k < k1; k += 128) {
-      float wv[4];
-      if (vec && k + 3 < k1) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(w + k));
-        wv[0] = v.x, wv[1] = v.y, wv[2] = v.z, wv[3] = v.w;
-      } else {
+    int k = k0 + 4 * lane;
+    if (wv4) {
+      for (; k + 3 * 128 + 3 < k1; k += 4 * 128) {
+        float4 wq[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) wv[e] = k + e < k1 ? to_f32(w[k + e]) : 0.0f;
+        for (int u = 0; u < 4; ++u)
+          wq[u] = __ldg(
+              reinterpret_cast<const float4*>(reinterpret_cast<const float*>(w) + k + 128 * u));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int ku = k + 128 * u;
+#pragma unroll
+          for (int s = 0; s < S; ++s) {
+            float4 xq;
+            if (xv4) {
+              xq = __ldg(
+                  reinterpret_cast<const float4*>(reinterpret_cast<const float*>(X) + s * xs + ku));
+            } else {
+              xq =
+                  make_float4(to_f32(X[s * xs + ku * xk]), to_f32(X[s * xs + (ku + 1) * xk]),
+                              to_f32(X[s * xs + (ku + 2) * xk]), to_f32(X[s * xs + (ku + 3) * xk]));
+            }
+            acc[s] = fmaf(wq[u].x, xq.x, acc[s]);
+            acc[s] = fmaf(wq[u].y, xq.y, acc[s]);
+            acc[s] = fmaf(wq[u].z, xq.z, acc[s]);
+            acc[s] = fmaf(wq[u].w, xq.w, acc[s]);
+          }
+        }
       }
+    }
+    for (; k < k1; k += 128) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (k + e >= k1) break;
+        const float wv = to_f32(w[k + e]);
 #pragma unroll
-        for (int s = 0; s < S; ++s) acc[s] = fmaf(wv[e], to_f32(X[s * xs + (k + e) * xk]), acc[s]);
+        for (int s = 0; s < S; ++s) acc[s] = fmaf(wv, to_f32(X[s * xs + (k + e) * xk]), acc[s]);
       }
     }
 #pragma unroll
@@ -153,8 +183,8 @@ inline int tf32_padded_k(int K) {
 // fill the SMs, else up to enough splits to fill them, each split at least 16 of the 3 Kp / 32
 // k-tiles, at most 16 splits. The planner calls it with the target's SM count to size the
 // workspace; a launch on a GPU with another count passes that count's splits.
-inline int gemm_f32x3_splits(int M, int N, int K, int sms) {
-  const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
+inline int gemm_f32x3_splits(int M, int N, int K, int sms, int batch = 1) {
+  const int tiles = ((M + 127) / 128) * ((N + 127) / 128) * batch;
   const int ktiles = 3 * tf32_padded_k(K) / 32;
   if (tiles >= sms) return 1;
   int s = (sms + tiles - 1) / tiles;
@@ -164,25 +194,35 @@ inline int gemm_f32x3_splits(int M, int N, int K, int sms) {
 }
 
 // Bytes of workspace: the split operands, and the partials where splits > 1.
-inline size_t gemm_f32x3_workspace(int M, int N, int K, int splits) {
-  const size_t split = (size_t(M) + size_t(N)) * 2 * size_t(tf32_padded_k(K)) * sizeof(float);
-  return split + (splits > 1 ? size_t(splits) * M * N * sizeof(float) : 0);
+inline size_t gemm_f32x3_workspace(int M, int N, int K, int splits, int batch = 1) {
+  const size_t split =
+      size_t(batch) * (size_t(M) + size_t(N)) * 2 * size_t(tf32_padded_k(K)) * sizeof(float);
+  return split + (splits > 1 ? size_t(splits) * batch * M * N * sizeof(float) : 0);
 }
+
+// The batch of a batched gemm_f32x3_launch: `batch` products, batch index z = b0 nb1 + b1 with A
+// at A + b0 a_s0 + b1 a_s1 and B likewise (0 strides broadcast), C dense at C + z M ldc.
+struct F32x3Batch {
+  int batch = 1, nb1 = 1;
+  int64_t a_s0 = 0, a_s1 = 0, b_s0 = 0, b_s1 = 0;
+};
 
 template <typename TS>
 inline cudaError_t tf32_split_launch(const TS* X, int64_t ld, bool trans, float* Y, int R, int K,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, int batch = 1, int nb1 = 1,
+                                     int64_t s0 = 0, int64_t s1 = 0) {
   const int Kp = tf32_padded_k(K);
-  const dim3 grid(Kp / 32, (R + 31) / 32), block(32, 8);
-  return trans
-             ? launch(tf32_split_kernel<TS, true>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp)
-             : launch(tf32_split_kernel<TS, false>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp);
+  const dim3 grid(Kp / 32, (R + 31) / 32, batch), block(32, 8);
+  return trans ? launch(tf32_split_kernel<TS, true>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp,
+                        nb1, s0, s1)
+               : launch(tf32_split_kernel<TS, false>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp,
+                        nb1, s0, s1);
 }
 
-// The K split of f32_rowdot_launch: enough warps for ~16 per SM where the rows are few, each split
+// The K split of f32_rowdot_launch: enough warps for ~32 per SM where the rows are few, each split
 // at least 2048 k.
 inline int f32_rowdot_splits(int L, int K, int sms) {
-  const int want = (16 * sms + L - 1) / L, most = K / 2048;
+  const int want = (32 * sms + L - 1) / L, most = K / 2048;
   const int s = want < most ? want : most;
   return s < 1 ? 1 : (s > 32 ? 32 : s);
 }
@@ -206,8 +246,9 @@ inline cudaError_t f32_rowdot_launch(int S, const TW* W, int64_t ldw, const TX* 
                cs, cl, workspace, L, K, splits);                                                  \
     break;
     KILN_RT_ROWDOT(1)
-    KILN_RT_ROWDOT(2) KILN_RT_ROWDOT(3) KILN_RT_ROWDOT(4) KILN_RT_ROWDOT(5) KILN_RT_ROWDOT(6)
-        KILN_RT_ROWDOT(7) KILN_RT_ROWDOT(8)
+    KILN_RT_ROWDOT(2)
+    KILN_RT_ROWDOT(3)
+    KILN_RT_ROWDOT(4) KILN_RT_ROWDOT(5) KILN_RT_ROWDOT(6) KILN_RT_ROWDOT(7) KILN_RT_ROWDOT(8)
 #undef KILN_RT_ROWDOT
   }
   if (e != cudaSuccess || splits == 1) return e;
@@ -227,32 +268,38 @@ template <typename TA, typename TB, typename TO, class Epi>
 inline cudaError_t gemm_f32x3_launch(const TA* A, int64_t lda, bool a_trans, const TB* B,
                                      int64_t ldb, bool b_kmajor, TO* C, int64_t ldc, int M, int N,
                                      int K, int splits, void* workspace, Epi epi,
-                                     cudaStream_t stream) {
-  if (M < 1 || N < 1 || K < 1 || splits < 1 || workspace == nullptr) return cudaErrorInvalidValue;
+                                     cudaStream_t stream, const F32x3Batch& bt = F32x3Batch()) {
+  if (M < 1 || N < 1 || K < 1 || splits < 1 || workspace == nullptr || bt.batch < 1 || bt.nb1 < 1 ||
+      bt.batch % bt.nb1 != 0 || (bt.batch > 1 && ldc != N))
+    return cudaErrorInvalidValue;
   const int Kp = tf32_padded_k(K);
   float* a2 = static_cast<float*>(workspace);
-  float* b2 = a2 + size_t(M) * 2 * Kp;
-  float* part = b2 + size_t(N) * 2 * Kp;
-  cudaError_t e = tf32_split_launch(A, lda, a_trans, a2, M, K, stream);
-  if (e == cudaSuccess) e = tf32_split_launch(B, ldb, !b_kmajor, b2, N, K, stream);
+  float* b2 = a2 + size_t(bt.batch) * M * 2 * Kp;
+  float* part = b2 + size_t(bt.batch) * N * 2 * Kp;
+  cudaError_t e =
+      tf32_split_launch(A, lda, a_trans, a2, M, K, stream, bt.batch, bt.nb1, bt.a_s0, bt.a_s1);
+  if (e == cudaSuccess)
+    e = tf32_split_launch(B, ldb, !b_kmajor, b2, N, K, stream, bt.batch, bt.nb1, bt.b_s0, bt.b_s1);
   if (e != cudaSuccess) return e;
   // 32 KB a stage (A 128 x 32 and B^T 128 x 32 floats), both consumers on each tile (the
   // accumulator promotion needs the registers ping-pong would hold a second tile in).
   using G = WgmmaGemmWS<float, 1, 6, 1, true, false>;
+  WgmmaWsTuning tune;
+  tune.batch = bt.batch;
   if (splits == 1)
     return wgmma_ws_gemm_launch<G, TO, Epi>(a2, 2 * int64_t(Kp), b2, b2, 2 * int64_t(Kp), C, ldc, M,
-                                            N, Kp, epi, stream);
-  WgmmaWsTuning tune;
+                                            N, Kp, epi, stream, tune);
   tune.splits = splits;
-  tune.split_stride = int64_t(M) * N;
+  tune.split_stride = int64_t(bt.batch) * M * N;
   e = wgmma_ws_gemm_launch<G, float, WgmmaEpiIdentity>(a2, 2 * int64_t(Kp), b2, b2, 2 * int64_t(Kp),
                                                        part, N, M, N, Kp, WgmmaEpiIdentity(),
                                                        stream, tune);
   if (e != cudaSuccess) return e;
-  const int64_t count = int64_t(M) * N;
+  // The partials and C are [batch M, N]: one sum over the folded rows.
+  const int64_t count = int64_t(bt.batch) * M * N;
   const int blocks = int(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
   return launch(splitk_epilogue_kernel<TO, Epi>, dim3(blocks), dim3(256), 0, stream, 1, part,
-                splits, tune.split_stride, M, N, C, ldc, epi);
+                splits, tune.split_stride, bt.batch * M, N, C, ldc, epi);
 }
 #endif  // __CUDACC_RTC__
 

@@ -46,6 +46,21 @@ KILN_DEV void tma_load_2d(void* smem_dst, const TmaDesc* desc, int row, int col,
 #endif
 }
 
+// tma_load_2d of a 3-D tensor map: the box at (z, row, col), z the outermost coordinate (a batch
+// index: rows past the matrix's end are zeros, not the next batch's).
+KILN_DEV void tma_load_3d(void* smem_dst, const TmaDesc* desc, int z, int row, int col,
+                          uint64_t* bar) {
+#if KILN_RT_SM90
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(smem_dst)),
+      "l"(desc), "r"(col), "r"(row), "r"(z), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // An L2 cache policy that marks the lines it is attached to as evict-first, for data read exactly
 // once (a streamed weight), so that it does not push out data that is read again.
 KILN_DEV uint64_t l2_policy_evict_first() {
@@ -168,6 +183,46 @@ inline cudaError_t tma_encode_2d(TmaDesc* out, const T* base, int64_t rows, int6
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
   static_assert(sizeof(map) == sizeof(*out), "size");
+  __builtin_memcpy(out, &map, sizeof(map));
+  return cudaSuccess;
+}
+
+// tma_encode_2d for `depth` matrices of rows x cols, each ld_z elements after the previous (boxes
+// of one matrix: box depth 1).
+template <typename T>
+inline cudaError_t tma_encode_3d(TmaDesc* out, const T* base, int64_t depth, int64_t rows,
+                                 int64_t cols, int64_t ld, int64_t ld_z, int box_rows, int box_cols,
+                                 bool swizzle128) {
+  const int64_t eb = sizeof(T);
+  if ((reinterpret_cast<uintptr_t>(base) & 15) != 0 || (ld * eb) % 16 != 0 ||
+      (ld_z * eb) % 16 != 0 || box_rows < 1 || box_rows > 256 || box_cols < 1 || box_cols > 256 ||
+      (box_cols * eb) % 16 != 0 || (swizzle128 && box_cols * eb != 128) || rows < 1 || cols < 1 ||
+      depth < 1)
+    return cudaErrorInvalidValue;
+  using EncodeFn =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static EncodeFn encode = nullptr;
+  if (encode == nullptr) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &q);
+    if (e != cudaSuccess) return e;
+    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
+    encode = reinterpret_cast<EncodeFn>(fn);
+  }
+  const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(depth)};
+  const cuuint64_t strides[2] = {cuuint64_t(ld * eb), cuuint64_t(ld_z * eb)};
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
+  const cuuint32_t estride[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = encode(&map, tma_dtype<T>(), 3, const_cast<T*>(base), dims, strides, box,
+                            estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
   __builtin_memcpy(out, &map, sizeof(map));
   return cudaSuccess;
 }

@@ -966,7 +966,7 @@ __global__ void __launch_bounds__(384, 1)
                          const __grid_constant__ TmaDesc map_b1,
                          const __grid_constant__ TmaDesc map_c, TO* C, int64_t ldc, int M, int N,
                          int K, int group_m, int tma_store, int splits, int64_t split_stride,
-                         Epi epi) {
+                         int batch, Epi epi) {
   pdl_entry();  // before any load or store (base.cuh)
   using T = typename G::TileA::Elem;
   using TileA = typename G::TileA;
@@ -988,8 +988,11 @@ __global__ void __launch_bounds__(384, 1)
   // Split-K (float operands, splits > 1): work unit v is split v / tiles of tile v % tiles, ring
   // iterations [kt_begin, kt_end) of the tile's k-tiles, its f32 partial stored at C + split *
   // split_stride (the caller's epilogue is the identity then; a reduce kernel sums the splits).
-  // Only float operands split K: 16-bit instantiations compile to the loop without it.
-  const int units = G::kSplit3 ? tiles * splits : tiles;
+  // Float operands also batch: their maps are 3-D ([batch, rows, 2K]) and work unit v is, after
+  // its split, tile v % tiles of batch index (v / tiles) % batch, stored at C + z M ldc. Only float
+  // operands split K or batch: 16-bit instantiations compile to the loop without either.
+  const int btiles = G::kSplit3 ? tiles * batch : tiles;
+  const int units = G::kSplit3 ? btiles * splits : tiles;
   auto kt_begin = [&](int sp) { return int(int64_t(sp) * ktiles / splits); };
   auto stage = [&](int s) { return smem + s * G::kStageBytes; };
   if (tid == 0) {
@@ -1020,10 +1023,11 @@ __global__ void __launch_bounds__(384, 1)
       int s = 0, it = 0;
       uint32_t ph = 0;
       for (int v = cid; v < units; v += nclusters) {
-        int u = v, kt0 = 0, kt1 = ktiles;
+        int u = v, z = 0, kt0 = 0, kt1 = ktiles;
         if constexpr (G::kSplit3) {
-          const int sp = v / tiles;
-          u = v - sp * tiles;
+          const int sp = v / btiles, r = v - sp * btiles;
+          z = r / tiles;
+          u = r - z * tiles;
           kt0 = kt_begin(sp), kt1 = kt_begin(sp + 1);
         }
         int m0, n0;
@@ -1038,7 +1042,11 @@ __global__ void __launch_bounds__(384, 1)
             kb = k0 + (seg == 1 ? K : 0);
           }
           mbar_arrive_expect_tx(&full[s], G::kStageBytes);
-          tma_load_2d(p, &map_a, m0, ka, &full[s]);
+          if constexpr (G::kSplit3) {
+            tma_load_3d(p, &map_a, z, m0, ka, &full[s]);
+          } else {
+            tma_load_2d(p, &map_a, m0, ka, &full[s]);
+          }
 #pragma unroll
           for (int j = 0; j < 2 * NB; ++j) {  // B panel j: weight j / 2, columns n0 + 64 (j % 2)
             if (j % CL != rank) continue;
@@ -1047,7 +1055,9 @@ __global__ void __launch_bounds__(384, 1)
             // A panel is rows k, columns n of B, or (KB) rows n, columns k of B^T.
             const int pr = G::kKB ? n0 + 64 * (j & 1) : kb;
             const int pc = G::kKB ? kb : n0 + 64 * (j & 1);
-            if constexpr (CL > 1) {
+            if constexpr (G::kSplit3) {
+              tma_load_3d(pb, mb, z, pr, pc, &full[s]);
+            } else if constexpr (CL > 1) {
               tma_load_2d_multicast(pb, mb, pr, pc, &full[s], uint16_t((1u << CL) - 1));
             } else {
               tma_load_2d(pb, mb, pr, pc, &full[s]);
@@ -1203,10 +1213,12 @@ __global__ void __launch_bounds__(384, 1)
       int s = 0;
       uint32_t ph = 0;
       for (int v = cid; v < units; v += nclusters) {
-        int u = v, sp = 0, kt0 = 0, kt1 = ktiles;
+        int u = v, sp = 0, z = 0, kt0 = 0, kt1 = ktiles;
         if constexpr (G::kSplit3) {
-          sp = v / tiles;
-          u = v - sp * tiles;
+          sp = v / btiles;
+          const int r = v - sp * btiles;
+          z = r / tiles;
+          u = r - z * tiles;
           kt0 = kt_begin(sp), kt1 = kt_begin(sp + 1);
         }
         int m0, n0;
@@ -1244,7 +1256,7 @@ __global__ void __launch_bounds__(384, 1)
         const int row0 = m0 + 64 * c;
         if (row0 >= M) continue;  // a cluster's tile row past the end (odd number of tile rows)
         if constexpr (G::kSplit3) {
-          cbase = C + sp * split_stride;
+          cbase = C + sp * split_stride + int64_t(z) * M * ldc;
           epilogue(total, row0, n0);
         } else {
           epilogue(d, row0, n0);
@@ -1283,6 +1295,9 @@ struct WgmmaWsTuning {
   // float and the epilogue the identity; the caller sums them).
   int splits = 1;
   int64_t split_stride = 0;
+  // Float operands only: `batch` products, A and B (B^T) each [batch, rows, lda / ldb] densely,
+  // C's batch index z at C + z M ldc.
+  int batch = 1;
 };
 
 // Encodes the tensor maps and launches wgmma_ws_gemm_kernel: a persistent grid of
@@ -1303,9 +1318,19 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   if (G::kSplit3 && K % G::kBK != 0) return cudaErrorInvalidValue;
   TmaDesc ma, mb0, mb1, mc;
   const int64_t kcols = G::kSplit3 ? 2 * int64_t(K) : K;  // hi | lo
-  e = tma_encode_2d(&ma, A, M, kcols, lda, G::kBM, G::kBK, true);
   const typename G::TileA::Elem* b1 = G::kNB > 1 ? B1 : B0;
-  if (G::kKB) {  // B^T [N, K]: boxes of 64 n x one k-tile
+  if (tune.batch < 1 || (tune.batch > 1 && !G::kSplit3)) return cudaErrorInvalidValue;
+  if (G::kSplit3) {  // [batch, rows, 2K] maps, boxes of one matrix
+    e = tma_encode_3d(&ma, A, tune.batch, M, kcols, lda, int64_t(M) * lda, G::kBM, G::kBK, true);
+    if (e == cudaSuccess)
+      e = tma_encode_3d(&mb0, B0, tune.batch, N, kcols, ldb, int64_t(N) * ldb, 64, G::kBK, true);
+    mb1 = mb0;
+  } else {
+    e = tma_encode_2d(&ma, A, M, kcols, lda, G::kBM, G::kBK, true);
+  }
+  if (G::kSplit3) {
+    // encoded above
+  } else if (G::kKB) {  // B^T [N, K]: boxes of 64 n x one k-tile
     if (e == cudaSuccess) e = tma_encode_2d(&mb0, B0, N, kcols, ldb, 64, G::kBK, true);
     if (e == cudaSuccess) e = tma_encode_2d(&mb1, b1, N, kcols, ldb, 64, G::kBK, true);
   } else {
@@ -1347,7 +1372,8 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   }
   if (tune.splits < 1 || (tune.splits > 1 && (G::kPP || sizeof(TO) != 4)))
     return cudaErrorInvalidValue;
-  const int tiles = ceil_div(ceil_div(M, G::kBM), G::kCluster) * ceil_div(N, G::kBN) * tune.splits;
+  const int tiles =
+      ceil_div(ceil_div(M, G::kBM), G::kCluster) * ceil_div(N, G::kBN) * tune.splits * tune.batch;
   int clusters = min_i(tiles, resident);
   if (tune.max_clusters > 0) clusters = min_i(clusters, tune.max_clusters);
   cfg.gridDim = dim3(clusters * G::kCluster);
@@ -1355,7 +1381,7 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   add_pdl_attribute(attr, n);
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, ma, mb0, mb1, mc, C, ldc, M, N, K, max_i(1, tune.group_m),
-                            tma_store, tune.splits, tune.split_stride, epi);
+                            tma_store, tune.splits, tune.split_stride, tune.batch, epi);
 }
 #endif  // __CUDACC_RTC__
 

@@ -91,8 +91,8 @@ static int transposed_2d_source(const PlanContext& ctx, const KernelOp& op, int 
 }
 
 // The runtime's gemm_f32x3_splits (runtime/tf32.cuh), for `sms` SMs.
-static int f32x3_splits(int64_t M, int64_t N, int64_t K, int sms) {
-  const int64_t tiles = cdiv(M, 128) * cdiv(N, 128), ktiles = 3 * cdiv(K, 32);
+static int f32x3_splits(int64_t M, int64_t N, int64_t K, int sms, int64_t batch) {
+  const int64_t tiles = cdiv(M, 128) * cdiv(N, 128) * batch, ktiles = 3 * cdiv(K, 32);
   if (tiles >= sms) return 1;
   const int64_t s = std::min<int64_t>({cdiv(sms, tiles), ktiles / 16, 16});
   return static_cast<int>(std::max<int64_t>(1, s));
@@ -100,7 +100,7 @@ static int f32x3_splits(int64_t M, int64_t N, int64_t K, int sms) {
 
 // The runtime's f32_rowdot_splits (runtime/tf32.cuh), for `sms` SMs.
 static int rowdot_splits(int64_t L, int64_t K, int sms) {
-  const int64_t want = cdiv(16 * sms, L), most = K / 2048;
+  const int64_t want = cdiv(32 * sms, L), most = K / 2048;
   return static_cast<int>(std::clamp<int64_t>(std::min(want, most), 1, 32));
 }
 
@@ -199,7 +199,7 @@ std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, 
   p.rows = folded >= 1 ? folded : s.M;
   p.batch = folded >= 1 ? 1 : s.batch;
   // Up to 32 rows the split pass would move three times B's bytes for little work.
-  if (p.rows <= 32 || p.batch > 64) return std::nullopt;
+  if (p.rows <= 32 || p.batch > 65535) return std::nullopt;
   const int tb = transposed_2d_source(ctx, op, 1);
   if (tb >= 0) {
     kp.view_op = tb;
@@ -210,20 +210,21 @@ std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, 
     kp.prologue_op = ta;
     p.a_view = ta;
   }
-  p.splits = f32x3_splits(p.rows, s.N, s.K, ctx.t.sm_count);
+  p.splits = f32x3_splits(p.rows, s.N, s.K, ctx.t.sm_count, p.batch);
   kp.splits = p.splits;
   kp.threads = 384;
-  kp.grid = std::min<int64_t>(cdiv(s.N, 128) * cdiv(p.rows, 128) * p.splits, ctx.t.sm_count);
+  kp.grid =
+      std::min<int64_t>(cdiv(s.N, 128) * cdiv(p.rows, 128) * p.batch * p.splits, ctx.t.sm_count);
   const int64_t kpad = cdiv(s.K, 32) * 32;
-  kp.scratch_bytes =
-      (p.rows + s.N) * 2 * kpad * 4 + (p.splits > 1 ? p.splits * p.rows * s.N * 4 : 0);
+  kp.scratch_bytes = p.batch * (p.rows + s.N) * 2 * kpad * 4 +
+                     (p.splits > 1 ? p.splits * p.batch * p.rows * s.N * 4 : 0);
   return p;
 }
 
 std::string Tf32x3GemmKernel::describe() const {
   std::string r = fmt::format("tf32x3 wgmma_ws 128x128x32 s6{}",
                               splits > 1 ? fmt::format(" split-k {}", splits) : "");
-  if (batch > 1) r += fmt::format(", {} launches", batch);
+  if (batch > 1) r += fmt::format(", batch {}", batch);
   if (b_kmajor) r += ", B read K-major in place";
   if (a_view >= 0) r += ", A read transposed in place";
   return r;
@@ -242,7 +243,7 @@ KernelCost Tf32x3GemmKernel::cost(const CostContext& x) const {
   const double kp = double(cdiv(static_cast<int64_t>(K), 32) * 32), nb = double(batch);
   KernelCost c;
   c.name = x.op.name;
-  c.blocks = cdiv(static_cast<int64_t>(N), 128) * cdiv(rows, 128) * splits;
+  c.blocks = cdiv(static_cast<int64_t>(N), 128) * cdiv(rows, 128) * batch * splits;
   c.waves = cdiv(c.blocks, x.t.sm_count);
   c.iterations = 3 * static_cast<int64_t>(kp) / 32 / splits;
   c.pipeline_stages = 6;
@@ -256,9 +257,8 @@ KernelCost Tf32x3GemmKernel::cost(const CostContext& x) const {
                3.0 * kp * nb;
   const double wave_u = double(c.blocks) / double(c.waves * x.t.sm_count);
   finish_times(c, x.t, k, 1.0, wave_u);
-  // The split passes and the split-K sum are launches of their own, and the batch's GEMMs run
-  // one after another.
-  c.time += (1.0 + (splits > 1 ? 1.0 : 0.0)) * (x.t.launch_s + k.fixed_s) * nb;
+  // The split passes and the split-K sum are launches of their own.
+  c.time += (1.0 + (splits > 1 ? 1.0 : 0.0)) * (x.t.launch_s + k.fixed_s);
   return c;
 }
 
@@ -272,27 +272,17 @@ void Tf32x3GemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& k
   const int64_t M = rows;
   const int64_t lda = a_view >= 0 ? M : m.K, ldb = b_kmajor ? m.K : m.N;
   const std::string ws = fmt::format("ws + {}", kp.scratch_offset);
-  auto launch = [&](const std::string& ao, const std::string& bo, const std::string& co) {
-    L.f("err = kiln::rt::gemm_f32x3_launch({}{}, {}, {}, {}{}, {}, {}, {}{}, {}, {}, {}, {}, {}, "
-        "{}, "
-        "kiln::rt::WgmmaEpiIdentity(), stream);",
-        x.ptr(a), ao, lda, a_view >= 0 ? "true" : "false", x.ptr(b), bo, ldb,
-        b_kmajor ? "true" : "false", x.ptr(op.outputs[0]), co, m.N, M, m.N, m.K, splits, ws);
-    L.line("if (err != cudaSuccess) return err;");
-  };
-  if (batch == 1) {
-    launch("", "", "");
-  } else {
-    // One GEMM per batch index (b0, b1) of the output, with each operand's broadcast strides;
-    // the launches share the workspace, in stream order.
-    L.open(fmt::format("for (int64_t b0 = 0; b0 < {}; ++b0) {{", m.ob[0]));
-    L.open(fmt::format("for (int64_t b1 = 0; b1 < {}; ++b1) {{", m.ob[1]));
-    launch(fmt::format(" + b0 * {} + b1 * {}", m.as[0], m.as[1]),
-           fmt::format(" + b0 * {} + b1 * {}", m.bs[0], m.bs[1]),
-           fmt::format(" + (b0 * {} + b1) * {}", m.ob[1], M * m.N));
-    L.close();
-    L.close();
-  }
+  // A batch (B with batch dims) runs in the same launches: batch index z = b0 nb1 + b1 of the
+  // output, each operand at its broadcast strides.
+  const std::string bt = batch == 1
+                             ? std::string()
+                             : fmt::format(", kiln::rt::F32x3Batch{{{}, {}, {}, {}, {}, {}}}",
+                                           batch, m.ob[1], m.as[0], m.as[1], m.bs[0], m.bs[1]);
+  L.f("err = kiln::rt::gemm_f32x3_launch({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+      "kiln::rt::WgmmaEpiIdentity(), stream{});",
+      x.ptr(a), lda, a_view >= 0 ? "true" : "false", x.ptr(b), ldb, b_kmajor ? "true" : "false",
+      x.ptr(op.outputs[0]), m.N, M, m.N, m.K, splits, ws, bt);
+  L.line("if (err != cudaSuccess) return err;");
   L.close();
 }
 

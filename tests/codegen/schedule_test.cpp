@@ -537,7 +537,7 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
 }
 
 // f32 matmuls past 32 rows run the three-pass tf32 GEMM on sm_90a, reading 2-D transposes of
-// either operand in place and launching one GEMM per batch index of a batched B; split-K only
+// either operand in place, a batched B in the same launches (F32x3Batch); split-K only
 // where the tiles do not fill the SMs, with the partials in the kernel's workspace. Decode rows,
 // sm_80 and 16-bit operands keep their kernels.
 TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
@@ -576,14 +576,15 @@ TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
     for (size_t i = 0; i + 1 < s.kernels.size(); ++i)
       if (g.ops[i].kind == OpKind::Transpose) EXPECT_TRUE(s.kernels[i].as<FusedIntoKernel>());
     const int64_t kp = (c.k + 31) / 32 * 32;
-    EXPECT_EQ(mm.scratch_bytes,
-              (c.m + c.n) * 2 * kp * 4 + (c.splits > 1 ? int64_t(c.splits) * c.m * c.n * 4 : 0));
+    EXPECT_EQ(mm.scratch_bytes, c.batch * (c.m + c.n) * 2 * kp * 4 +
+                                    (c.splits > 1 ? c.splits * c.batch * c.m * c.n * 4 : 0));
     const std::string cu = emit_cuda(g);
     EXPECT_NE(cu.find("kiln::rt::gemm_f32x3_launch("), std::string::npos);
     EXPECT_NE(
         cu.find(fmt::format("{}, {}, {}, {}, ws + {}", c.m, c.n, c.k, c.splits, mm.scratch_offset)),
         std::string::npos);
-    if (c.batch > 1) EXPECT_NE(cu.find("for (int64_t b1 = 0; b1 < 8; ++b1) {"), std::string::npos);
+    if (c.batch > 1)
+      EXPECT_NE(cu.find("kiln::rt::F32x3Batch{8, 8, 0, 131072, 0, 196608}"), std::string::npos);
   }
   // Matrix-vector shapes read the large operand once on the CUDA cores (f32_rowdot): N <= 8 with A
   // row-major (W = A), M <= 8 with B read K-major through its transpose (W = B^T); k-splits where
@@ -596,9 +597,9 @@ TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
     EXPECT_TRUE(p->n_small);
     EXPECT_EQ(p->s, 1);
     EXPECT_EQ(p->l, 2048);
-    EXPECT_EQ(p->splits, 2);  // 16 warps per SM want 2 splits of 2048 rows; K allows 4
+    EXPECT_EQ(p->splits, 3);  // 32 warps per SM want 3 splits of 2048 rows; K allows 4
     EXPECT_NE(
-        emit_cuda(mv).find("f32_rowdot_launch(1, t0, 8192, t1, 1, 1, t2, 1, 1, 2048, 8192, 2, "),
+        emit_cuda(mv).find("f32_rowdot_launch(1, t0, 8192, t1, 1, 1, t2, 1, 1, 2048, 8192, 3, "),
         std::string::npos);
     const KernelGraph lin = f32_graph(Arch::Sm80, 4, 4096, 4096, false, true, 1);
     const Schedule sl = plan_schedule(lin, target_for(Arch::Sm80));

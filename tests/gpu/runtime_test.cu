@@ -986,6 +986,45 @@ static void test_f32x3(const cudaDeviceProp& prop, int M, int N, int K, bool a_t
   report(name, within(err, 1e-5) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
 }
 
+// Batched tf32x3 (F32x3Batch): nb0 x nb1 products of M x K by K x N, A broadcast over b1 where
+// a_bcast; M not a multiple of 128, so a tile's rows past M must read zeros, not the next batch.
+static void test_f32x3_batched(const cudaDeviceProp& prop, int nb0, int nb1, int M, int N, int K,
+                               bool a_bcast, bool b_kmajor, int splits = 0) {
+  const int batch = nb0 * nb1;
+  const int64_t a_s1 = a_bcast ? 0 : int64_t(M) * K, a_s0 = a_bcast ? int64_t(M) * K : a_s1 * nb1;
+  const int64_t b_s1 = int64_t(K) * N, b_s0 = b_s1 * nb1;
+  auto A = random_vec<float>(size_t(a_bcast ? nb0 : batch) * M * K);
+  auto B = random_vec<float>(size_t(batch) * K * N);
+  if (splits == 0) splits = gemm_f32x3_splits(M, N, K, prop.multiProcessorCount, batch);
+  DBuf<float> dA(A.size()), dB(B.size()), dC(size_t(batch) * M * N);
+  DBuf<char> ws(gemm_f32x3_workspace(M, N, K, splits, batch));
+  dA.upload(A), dB.upload(B);
+  F32x3Batch bt;
+  bt.batch = batch, bt.nb1 = nb1, bt.a_s0 = a_s0, bt.a_s1 = a_s1, bt.b_s0 = b_s0, bt.b_s1 = b_s1;
+  CK(gemm_f32x3_launch(dA.p, K, false, dB.p, b_kmajor ? K : N, b_kmajor, dC.p, N, M, N, K, splits,
+                       ws.p, WgmmaEpiIdentity(), 0, bt));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(C.size());
+  for (int z = 0; z < batch; ++z) {
+    const float* a = A.data() + (z / nb1) * a_s0 + (z % nb1) * a_s1;
+    const float* b = B.data() + (z / nb1) * b_s0 + (z % nb1) * b_s1;
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int k = 0; k < K; ++k)
+          acc += double(a[size_t(m) * K + k]) *
+                 double(b_kmajor ? b[size_t(n) * K + k] : b[size_t(k) * N + n]);
+        ref[(size_t(z) * M + m) * N + n] = acc;
+      }
+  }
+  const double err = rel_l2(C, ref);
+  char name[160];
+  snprintf(name, sizeof name, "gemm_f32x3_batch%dx%d_m%d_n%d_k%d%s%s_splits%d", nb0, nb1, M, N, K,
+           a_bcast ? "_abcast" : "", b_kmajor ? "_bk" : "", splits);
+  report(name, within(err, 1e-5), "rel_l2=%.2e", err);
+}
+
 // f32_rowdot (tf32.cuh): S <= 8 vectors against a K-contiguous W of L rows, both output layouts
 // (out(s, l) at C[s * cs + l * cl]), X by rows or columns, ragged K, with and without k-splits.
 static void test_f32_rowdot(int S, int L, int K, bool x_rows, bool out_sl, int splits) {
@@ -1071,6 +1110,9 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_f32x3(prop, 260, 264, 1030, false, false, 1);
   test_f32x3(prop, 260, 264, 1030, false, true, 5);
   test_f32x3(prop, 64, 128, 4100, false, false, 3);
+  test_f32x3_batched(prop, 1, 8, 256, 384, 512, false, false);
+  test_f32x3_batched(prop, 2, 3, 77, 136, 200, true, false, 1);
+  test_f32x3_batched(prop, 3, 2, 130, 40, 1030, false, true, 4);
   test_f32_rowdot(1, 2048, 8192, false, false, 2);
   test_f32_rowdot(4, 1000, 4099, true, true, 1);
   test_f32_rowdot(8, 77, 10000, false, false, 4);

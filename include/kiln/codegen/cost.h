@@ -21,6 +21,10 @@ struct CostConstants {
   double iteration_s = 0.07e-6;        // per loop iteration of one block: barrier, wait, issue
   double iteration_warp_s = 0.03e-6;   // per loop iteration, per warp of the block
   double predefined_efficiency = 0.6;  // generic kernels of predefined ops (gemm_tc, fma, ...)
+  // Block-graph matmuls on the CUDA cores (f32 operands): fraction of the FMA rate reached (H200,
+  // session 18: batched f32 products of 8 x 256 x 512 x 384 and 128 x 128 x 256 x 512 ran at
+  // 9.6 and 7.4 TFLOP/s of 60).
+  double fma_matmul_efficiency = 0.14;
   double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
   // Fraction of SMs the TMA GEMV needs busy to saturate DRAM: each holds a 128 KB ring in flight
   // (H100 sweep, docs/runtime.md: 64 blocks stream 2.77 TB/s, 72 and 96 blocks 2.7).
