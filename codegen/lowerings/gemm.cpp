@@ -73,17 +73,23 @@ void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   L.close();
 }
 
-// The transpose op whose output is operand `idx` of matmul `op`, where the f32 split pass may read
-// its 2-D input in place (any strides: the pass reads scalars): a swap of a 2-D tensor's dims,
-// not a folded constant, not an output, read by nothing else, free to take over. -1 otherwise.
-static int transposed_2d_source(const PlanContext& ctx, const KernelOp& op, int idx) {
+// The transpose op whose output is operand `idx` of matmul `op`, where the f32 kernels may read
+// its input in place (any strides: they read scalars, the split pass through shared memory): a
+// swap of the last two dims (the leading ones, at most max_rank - 2 of them, in place), not a
+// folded constant, not an output, read by nothing else, free to take over. -1 otherwise.
+static int transposed_source(const PlanContext& ctx, const KernelOp& op, int idx,
+                             size_t max_rank) {
   const int v = op.inputs[idx];
   const int pr = ctx.g.producer(v);
   if (pr < 0) return -1;
   const KernelOp& t = ctx.g.ops[pr];
   if (t.kind != OpKind::Transpose || t.inputs.size() != 1) return -1;
-  if (ctx.g.tensor(t.inputs[0]).shape.size() != 2 || ctx.g.tensor(v).shape.size() != 2) return -1;
-  if (transpose_perm(t.attrs, 2) != std::vector<int>{1, 0}) return -1;
+  const size_t r = ctx.g.tensor(v).shape.size();
+  if (r < 2 || r > max_rank || ctx.g.tensor(t.inputs[0]).shape.size() != r) return -1;
+  std::vector<int> swap(r);
+  for (size_t i = 0; i < r; ++i) swap[i] = static_cast<int>(i);
+  std::swap(swap[r - 2], swap[r - 1]);
+  if (transpose_perm(t.attrs, static_cast<int>(r)) != swap) return -1;
   if (ctx.is_const(t.inputs[0]) || ctx.is_output.count(v) || ctx.consumers[v] != 1 ||
       !ctx.can_take_over(pr))
     return -1;
@@ -110,15 +116,17 @@ std::optional<F32RowdotKernel> F32RowdotKernel::match(const PlanContext& ctx, in
   if (op.kind != OpKind::MatMul) return std::nullopt;
   const MatmulShape s(ctx.g, op);
   if (s.a.dtype != DType::F32 && s.b.dtype != DType::F32) return std::nullopt;
-  if (s.a.shape.size() != 2 || s.b.shape.size() != 2) return std::nullopt;
+  if (s.b.shape.size() != 2) return std::nullopt;
   if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
   F32RowdotKernel p;
-  const int ta = transposed_2d_source(ctx, op, 0), tb = transposed_2d_source(ctx, op, 1);
-  if (s.N <= 8 && ta < 0) {  // W = A [M, K]; X = B, stored [K, N] or (through tb) [N, K]
+  const int ta = transposed_source(ctx, op, 0, 2), tb = transposed_source(ctx, op, 1, 2);
+  const int64_t folded = folded_rows(s);  // A [.., M, K] as one [rows, K]
+  if (s.N <= 8 && ta < 0 && folded >= 1) {  // W = A [rows, K]; X = B, [K, N] or (tb) [N, K]
     p.n_small = true;
-    p.s = s.N, p.l = s.M;
+    p.s = s.N, p.l = folded;
     if (tb >= 0) kp.view_op = tb;
-  } else if (s.M <= 8 && tb >= 0) {  // W = B^T [N, K]; X = A, stored [M, K] or (ta) [K, M]
+  } else if (s.M <= 8 && s.a.shape.size() == 2 && tb >= 0) {  // W = B^T [N, K]; X = A, [M, K]
+                                                              // or (ta) [K, M]
     p.s = s.M, p.l = s.N;
     kp.view_op = tb;
     if (ta >= 0) kp.prologue_op = ta, p.a_view = ta;
@@ -195,18 +203,22 @@ std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, 
   if (s.a.dtype != DType::F32 && s.b.dtype != DType::F32) return std::nullopt;
   if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
   Tf32x3GemmKernel p;
-  const int64_t folded = folded_rows(s);
+  // Transposes of the last two dims are read in place by the split pass, batched too (the
+  // leading dims keep their strides).
+  const int tb = transposed_source(ctx, op, 1, 4);
+  int ta = transposed_source(ctx, op, 0, 4);
+  if (ta == tb) ta = -1;
+  // A read transposed is not row-major [rows, K]: its batch stays a batch.
+  const int64_t folded = ta >= 0 ? -1 : folded_rows(s);
   p.rows = folded >= 1 ? folded : s.M;
   p.batch = folded >= 1 ? 1 : s.batch;
   // Up to 32 rows the split pass would move three times B's bytes for little work.
   if (p.rows <= 32 || p.batch > 65535) return std::nullopt;
-  const int tb = transposed_2d_source(ctx, op, 1);
   if (tb >= 0) {
     kp.view_op = tb;
     p.b_kmajor = true;
   }
-  const int ta = transposed_2d_source(ctx, op, 0);
-  if (ta >= 0 && ta != tb) {
+  if (ta >= 0) {
     kp.prologue_op = ta;
     p.a_view = ta;
   }

@@ -16,10 +16,10 @@ struct WgmmaGemmKernel {
   KILN_LOWERING(WgmmaGemmKernel);
 };
 
-// f32 matrix-vector shapes: one side of at most 8 vectors (N <= 8 with A's K contiguous, or
-// M <= 8 with B read K-major through a transpose), 2-D operands: the runtime's f32_rowdot (a warp
-// per row of the large operand and K split, f32 FMA, the large operand read once;
-// runtime/tf32.cuh).
+// f32 matrix-vector shapes: one side of at most 8 vectors (N <= 8 with A row-major, its batch dims
+// folded into rows; or M <= 8 with a 2-D A and B read K-major through its transpose): the
+// runtime's f32_rowdot (a warp per row of the large operand and K split, f32 FMA, the large
+// operand read once; runtime/tf32.cuh).
 struct F32RowdotKernel {
   bool n_small = false;  // S = N, W = A; else S = M, W = B^T
   int64_t s = 0, l = 0;  // the small and the large extents
@@ -31,8 +31,8 @@ struct F32RowdotKernel {
 // f32 operands (either or both; the other may be 16-bit) on sm_90a, past 32 rows: the runtime's
 // three-pass tf32 GEMM (runtime/tf32.cuh: hi/lo splits, then the warp-specialized wgmma GEMM over
 // three K segments, f32-accurate), split-K where the tiles cannot fill the SMs. Any layout: an A
-// or B that is a transpose of a 2-D tensor is read in place by the split pass (view_op for B;
-// a_view for A), as is any batch (one GEMM per batch index where B has batch dims).
+// or B that is a transpose of its last two dims is read in place by the split pass (view_op for
+// B; a_view for A), batched or not, and a batch runs in the same launches (3-D tensor maps).
 struct Tf32x3GemmKernel {
   int64_t rows = 0;   // M, or M times the batch folded into one GEMM
   int64_t batch = 1;  // GEMMs launched one after another (B batched)
