@@ -33,6 +33,16 @@ void add_split_round_trip(KernelCost& c, const CostConstants& k);
 // block reads through L2. Shared by the predefined GEMV and the decode contraction.
 KernelCost gemv_kmajor_cost(KernelCost c, double a_bytes, int64_t m, int64_t n, int64_t k,
                             const GemvKmajorShape& v, const Target& t);
+// The runtime's three-pass tf32 GEMM (runtime/tf32.cuh, gemm_f32x3_launch) of `batch` products of
+// [rows, k] by [k, n] with `splits` K splits: one split pass (read the operands, in_bytes, write
+// their hi/lo pairs), the GEMM over three K segments at tf32's rate (half the 16-bit tensor rate)
+// reading the pairs, the partials' sum with split-K; out_bytes written.
+KernelCost f32x3_gemm_cost(const std::string& name, int64_t rows, int64_t n, int64_t k,
+                           int64_t batch, int splits, double in_bytes, double out_bytes,
+                           const Target& t);
+// The split-K factor of runtime/tf32.cuh's gemm_f32x3_splits for `sms` SMs.
+int f32x3_splits(int64_t rows, int64_t n, int64_t k, int sms, int64_t batch);
+
 // The runtime's wgmma GEMM (or, with p.gemv, the TMA GEMV) running contraction p; `inputs` are
 // the tensors p's input indices refer to.
 KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,

@@ -7,7 +7,7 @@
 // order of an f32 FMA GEMM's, where one tf32 pass (11 bits of each operand) is ~3e-4 relative L2
 // on std-1 data at any K: beyond the spec format's 1e-4 for f32 outputs.
 //
-// gemm_f32x3_launch: two split passes (tf32_split_kernel) write A as [M, 2 Kp] = [hi | lo] and B
+// gemm_f32x3_launch: one split pass (tf32_split_kernel) writes A as [M, 2 Kp] = [hi | lo] and B
 // as B^T [N, 2 Kp] (K-major: tf32 wgmma has no transpose bits, so an N-major B is transposed
 // here), Kp = K rounded up to 32 with zeros; then the warp-specialized wgmma GEMM
 // (WgmmaGemmWS<float, ...>, wgmma.cuh) walks the three K segments into one accumulator and runs
@@ -33,28 +33,35 @@ KILN_DEV float tf32_round(float x) {
   return __uint_as_float(r);
 }
 
-// Y[r][k] = hi, Y[r][Kp + k] = lo of X's element (r, k) of an R x K view, 0 for K <= k < Kp:
-// X[r * ld + k] (TRANS false) or X[k * ld + r] (TRANS true, X stored K x R). 32 x 32 tiles
-// through shared memory, so reads and writes are coalesced either way. Grid (Kp / 32,
-// ceil(R / 32), batch), block (32, 8): batch index z reads X + (z / nb1) s0 + (z % nb1) s1 (0
-// strides broadcast) and writes Y + z R 2 Kp.
-template <typename TS, bool TRANS>
-__global__ void __launch_bounds__(256)
-    tf32_split_kernel(const TS* __restrict__ X, float* __restrict__ Y, int R, int K, int64_t ld,
-                      int Kp, int nb1, int64_t s0, int64_t s1) {
-  pdl_entry();  // before any load or store (base.cuh)
-  __shared__ float tile[32][33];
-  X += int64_t(blockIdx.z / nb1) * s0 + int64_t(blockIdx.z % nb1) * s1;
-  Y += int64_t(blockIdx.z) * R * 2 * Kp;
-  const int k0 = blockIdx.x * 32, r0 = blockIdx.y * 32, tx = threadIdx.x, ty = threadIdx.y;
+// One operand of tf32_split_kernel: X's R x K view, element (r, k) at X[r * ld + k] (trans 0) or
+// X[k * ld + r] (trans 1, X stored K x R); batch index z at X + (z / nb1) s0 + (z % nb1) s1 (0
+// strides broadcast); written to Y + z R 2 Kp as Y[r][k] = hi, Y[r][Kp + k] = lo, 0 for K <= k <
+// Kp.
+template <typename TS>
+struct Tf32SplitSide {
+  const TS* x;
+  float* y;
+  int rows;
+  int trans;
+  int64_t ld, s0, s1;
+};
+
+// One 32 x 32 tile of a side, through shared memory, so that reads and writes are coalesced
+// whichever way the side is stored.
+template <typename TS>
+KILN_DEV void tf32_split_tile(const Tf32SplitSide<TS>& sd, int K, int Kp, int nb1, int k0, int r0,
+                              float (&tile)[32][33]) {
+  const TS* X = sd.x + int64_t(blockIdx.z / nb1) * sd.s0 + int64_t(blockIdx.z % nb1) * sd.s1;
+  float* Y = sd.y + int64_t(blockIdx.z) * sd.rows * 2 * Kp;
+  const int R = sd.rows, tx = threadIdx.x, ty = threadIdx.y;
 #pragma unroll
   for (int i = ty; i < 32; i += 8) {
-    if (TRANS) {  // row k0 + i of the stored K x R matrix, columns r0 + tx
+    if (sd.trans) {  // row k0 + i of the stored K x R matrix, columns r0 + tx
       const int k = k0 + i, r = r0 + tx;
-      tile[tx][i] = (k < K && r < R) ? to_f32(X[int64_t(k) * ld + r]) : 0.0f;
+      tile[tx][i] = (k < K && r < R) ? to_f32(X[int64_t(k) * sd.ld + r]) : 0.0f;
     } else {
       const int r = r0 + i, k = k0 + tx;
-      tile[i][tx] = (k < K && r < R) ? to_f32(X[int64_t(r) * ld + k]) : 0.0f;
+      tile[i][tx] = (k < K && r < R) ? to_f32(X[int64_t(r) * sd.ld + k]) : 0.0f;
     }
   }
   __syncthreads();
@@ -66,6 +73,21 @@ __global__ void __launch_bounds__(256)
     float* y = Y + int64_t(r) * 2 * Kp + k0 + tx;
     y[0] = hi;
     y[Kp] = tf32_round(x - hi);
+  }
+}
+
+// The hi/lo pairs of both operands in one launch: grid (Kp / 32, ceil(A rows / 32) + ceil(B rows
+// / 32), batch), block (32, 8); row tiles below a_tiles are A's, the rest B's.
+template <typename TA, typename TB>
+__global__ void __launch_bounds__(256) tf32_split_kernel(Tf32SplitSide<TA> a, Tf32SplitSide<TB> b,
+                                                         int K, int Kp, int nb1, int a_tiles) {
+  pdl_entry();  // before any load or store (base.cuh)
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, t = blockIdx.y;
+  if (t < a_tiles) {
+    tf32_split_tile(a, K, Kp, nb1, k0, 32 * t, tile);
+  } else {
+    tf32_split_tile(b, K, Kp, nb1, k0, 32 * (t - a_tiles), tile);
   }
 }
 
@@ -207,18 +229,6 @@ struct F32x3Batch {
   int64_t a_s0 = 0, a_s1 = 0, b_s0 = 0, b_s1 = 0;
 };
 
-template <typename TS>
-inline cudaError_t tf32_split_launch(const TS* X, int64_t ld, bool trans, float* Y, int R, int K,
-                                     cudaStream_t stream, int batch = 1, int nb1 = 1,
-                                     int64_t s0 = 0, int64_t s1 = 0) {
-  const int Kp = tf32_padded_k(K);
-  const dim3 grid(Kp / 32, (R + 31) / 32, batch), block(32, 8);
-  return trans ? launch(tf32_split_kernel<TS, true>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp,
-                        nb1, s0, s1)
-               : launch(tf32_split_kernel<TS, false>, grid, block, 0, stream, 1, X, Y, R, K, ld, Kp,
-                        nb1, s0, s1);
-}
-
 // The K split of f32_rowdot_launch: enough warps for ~32 per SM where the rows are few, each split
 // at least 2048 k.
 inline int f32_rowdot_splits(int L, int K, int sms) {
@@ -276,10 +286,14 @@ inline cudaError_t gemm_f32x3_launch(const TA* A, int64_t lda, bool a_trans, con
   float* a2 = static_cast<float*>(workspace);
   float* b2 = a2 + size_t(bt.batch) * M * 2 * Kp;
   float* part = b2 + size_t(bt.batch) * N * 2 * Kp;
+  // Both operands' hi/lo pairs in one launch, K-major (B^T [N, 2 Kp]: B stored K x N is read
+  // transposed).
+  const Tf32SplitSide<TA> sa{A, a2, M, a_trans ? 1 : 0, lda, bt.a_s0, bt.a_s1};
+  const Tf32SplitSide<TB> sb{B, b2, N, b_kmajor ? 0 : 1, ldb, bt.b_s0, bt.b_s1};
+  const int a_tiles = (M + 31) / 32;
   cudaError_t e =
-      tf32_split_launch(A, lda, a_trans, a2, M, K, stream, bt.batch, bt.nb1, bt.a_s0, bt.a_s1);
-  if (e == cudaSuccess)
-    e = tf32_split_launch(B, ldb, !b_kmajor, b2, N, K, stream, bt.batch, bt.nb1, bt.b_s0, bt.b_s1);
+      launch(tf32_split_kernel<TA, TB>, dim3(Kp / 32, a_tiles + (N + 31) / 32, bt.batch),
+             dim3(32, 8), 0, stream, 1, sa, sb, K, Kp, bt.nb1, a_tiles);
   if (e != cudaSuccess) return e;
   // 32 KB a stage (A 128 x 32 and B^T 128 x 32 floats), both consumers on each tile (the
   // accumulator promotion needs the registers ping-pong would hold a second tile in).

@@ -58,10 +58,16 @@ class Matcher {
     const TensorDesc& a = bg_.inputs[plan.a];
     plan.k = a.shape[1];
     plan.ab = a.dtype;
-    if (!is_16bit(a.dtype) || plan.k % 8) return false;
     const Shape bshape = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != bshape) return false;
+    if (a.dtype == DType::F32) {
+      // f32 operands: the three-pass tf32 GEMM with this epilogue, past GEMV rows, one weight.
+      if (plan.b.size() != 1 || plan.m <= 32 || plan.row_sumsq) return false;
+      plan.f32x3_splits = cost::f32x3_splits(plan.m, plan.n, plan.k, t_.sm_count, 1);
+      return true;
+    }
+    if (!is_16bit(a.dtype) || plan.k % 8) return false;
     if (plan.n % 8 == 0 && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
     if (plan.m <= 32)
       plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);
@@ -295,6 +301,16 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
     kp.grid = v->grid;
     kp.threads = GemvKmajorShape::threads();
     kp.smem = 0;
+  } else if (c->f32x3_splits > 0) {
+    // f32: the split pass's pairs and the partials live in the kernel's workspace.
+    const int64_t kpad = cgen::cdiv(c->k, 32) * 32;
+    kp.splits = c->f32x3_splits;
+    kp.grid = std::min<int64_t>(cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128) * kp.splits,
+                                ctx.t.sm_count);
+    kp.threads = 384;
+    kp.smem = kp.block->smem_bytes;
+    kp.scratch_bytes =
+        (c->m + c->n) * 2 * kpad * 4 + (kp.splits > 1 ? kp.splits * c->m * c->n * 4 : 0);
   } else {
     kp.grid = cgen::cdiv(c->m, 128) * cgen::cdiv(c->n, 128);
     kp.threads = 384;
@@ -312,11 +328,23 @@ std::string ContractionKernel::describe() const {
   if (const std::optional<GemvKmajorShape>& v = c.gemv_kmajor)
     return fmt::format("gemv k-major contraction ({} weight{}, {} warps x 16 columns, cluster {})",
                        c.b.size(), plural, GemvKmajorShape::kWarps, v->splits);
+  if (c.f32x3_splits > 0)
+    return fmt::format("tf32x3 contraction ({}128x128x32 tiles{})", c.b_kmajor ? "K-major, " : "",
+                       c.f32x3_splits > 1 ? fmt::format(", split-k {}", c.f32x3_splits) : "");
   return fmt::format("wgmma_ws contraction ({} weight{}{}, 128x128x64 tiles)", c.b.size(), plural,
                      c.b_kmajor ? " K-major" : "");
 }
 
 KernelCost ContractionKernel::cost(const CostContext& x) const {
+  if (c.f32x3_splits > 0) {
+    const std::vector<TensorDesc>& in = x.op.block->inputs;
+    double bytes = 0;
+    for (const TensorDesc& t : in) bytes += double(numel(t.shape)) * dtype_bytes(t.dtype);
+    KernelCost k = cost::f32x3_gemm_cost(x.op.name, c.m, c.n, c.k, 1, c.f32x3_splits, bytes,
+                                         double(c.m) * double(c.n) * dtype_bytes(c.out), x.t);
+    k.graph_defined = true;
+    return k;
+  }
   return cost::contraction_cost(x.op.name, c, x.op.block->inputs, x.t);
 }
 
@@ -385,6 +413,17 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
                                    x.ptr(op.inputs[c.b[0]]), x.ptr(op.inputs[c.b[nb - 1]]),
                                    x.ptr(op.outputs[0]), c.m, c.n, c.k,
                                    fmt::format("{}{{{}}}", epi, fmt::join(epi_args, ", "))));
+    L.line("if (err != cudaSuccess) return err;");
+    L.close();
+    return;
+  }
+  if (c.f32x3_splits > 0) {
+    // f32 operands: the three-pass tf32 GEMM; with split-K the epilogue runs in the partials' sum.
+    L.f("err = kiln::rt::gemm_f32x3_launch({}, {}, false, {}, {}, {}, {}, {}, {}, {}, {}, {}, ws + "
+        "{}, {}{{{}}}, stream);",
+        x.ptr(op.inputs[c.a]), c.k, x.ptr(op.inputs[c.b[0]]), ldb, c.b_kmajor ? "true" : "false",
+        x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, c.f32x3_splits, kp.scratch_offset, epi,
+        fmt::join(epi_args, ", "));
     L.line("if (err != cudaSuccess) return err;");
     L.close();
     return;

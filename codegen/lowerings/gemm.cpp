@@ -77,8 +77,7 @@ void WgmmaGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
 // its input in place (any strides: they read scalars, the split pass through shared memory): a
 // swap of the last two dims (the leading ones, at most max_rank - 2 of them, in place), not a
 // folded constant, not an output, read by nothing else, free to take over. -1 otherwise.
-static int transposed_source(const PlanContext& ctx, const KernelOp& op, int idx,
-                             size_t max_rank) {
+static int transposed_source(const PlanContext& ctx, const KernelOp& op, int idx, size_t max_rank) {
   const int v = op.inputs[idx];
   const int pr = ctx.g.producer(v);
   if (pr < 0) return -1;
@@ -94,14 +93,6 @@ static int transposed_source(const PlanContext& ctx, const KernelOp& op, int idx
       !ctx.can_take_over(pr))
     return -1;
   return pr;
-}
-
-// The runtime's gemm_f32x3_splits (runtime/tf32.cuh), for `sms` SMs.
-static int f32x3_splits(int64_t M, int64_t N, int64_t K, int sms, int64_t batch) {
-  const int64_t tiles = cdiv(M, 128) * cdiv(N, 128) * batch, ktiles = 3 * cdiv(K, 32);
-  if (tiles >= sms) return 1;
-  const int64_t s = std::min<int64_t>({cdiv(sms, tiles), ktiles / 16, 16});
-  return static_cast<int>(std::max<int64_t>(1, s));
 }
 
 // The runtime's f32_rowdot_splits (runtime/tf32.cuh), for `sms` SMs.
@@ -120,7 +111,7 @@ std::optional<F32RowdotKernel> F32RowdotKernel::match(const PlanContext& ctx, in
   if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
   F32RowdotKernel p;
   const int ta = transposed_source(ctx, op, 0, 2), tb = transposed_source(ctx, op, 1, 2);
-  const int64_t folded = folded_rows(s);  // A [.., M, K] as one [rows, K]
+  const int64_t folded = folded_rows(s);    // A [.., M, K] as one [rows, K]
   if (s.N <= 8 && ta < 0 && folded >= 1) {  // W = A [rows, K]; X = B, [K, N] or (tb) [N, K]
     p.n_small = true;
     p.s = s.N, p.l = folded;
@@ -242,35 +233,16 @@ std::string Tf32x3GemmKernel::describe() const {
   return r;
 }
 
-// Two split passes (read A and B, write their hi/lo pairs), then the GEMM over three K segments
-// at tf32's rate (half the 16-bit tensor rate: counted as twice the flops), reading the pairs
-// (B's hi twice), and with split-K a pass over the partials. Measured on the H200 at 2048^3:
-// the GEMM 150 us of 169.
+// The split pass, the GEMM over three K segments, the split-K sum (cost_util.h).
 KernelCost Tf32x3GemmKernel::cost(const CostContext& x) const {
-  const CostConstants& k = cost_constants(x.t.arch);
   const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
   const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
   const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
-  const double M = double(rows), N = double(b.shape.back()), K = double(a.shape.back());
-  const double kp = double(cdiv(static_cast<int64_t>(K), 32) * 32), nb = double(batch);
-  KernelCost c;
-  c.name = x.op.name;
-  c.blocks = cdiv(static_cast<int64_t>(N), 128) * cdiv(rows, 128) * batch * splits;
-  c.waves = cdiv(c.blocks, x.t.sm_count);
-  c.iterations = 3 * static_cast<int64_t>(kp) / 32 / splits;
-  c.pipeline_stages = 6;
-  const double pairs = (M + N) * 2 * kp * 4 * nb;
-  c.dram_read = double(numel(a.shape)) * dtype_bytes(a.dtype) +
-                double(numel(b.shape)) * dtype_bytes(b.dtype) + pairs * 1.5;
-  c.dram_write = pairs + double(numel(o.shape)) * dtype_bytes(o.dtype);
-  if (splits > 1) c.dram_write += 2.0 * splits * M * N * 4 * nb;  // written, then read back
-  c.l2_bytes = M * 2 * kp * 4 * double(cdiv(static_cast<int64_t>(N), 128) - 1) * nb;
-  c.tc_flops = 2.0 * 2.0 * double(pad(rows, 128)) * double(pad(static_cast<int64_t>(N), 128)) *
-               3.0 * kp * nb;
-  const double wave_u = double(c.blocks) / double(c.waves * x.t.sm_count);
-  finish_times(c, x.t, k, 1.0, wave_u);
-  // The split passes and the split-K sum are launches of their own.
-  c.time += (1.0 + (splits > 1 ? 1.0 : 0.0)) * (x.t.launch_s + k.fixed_s);
+  KernelCost c = f32x3_gemm_cost(
+      x.op.name, rows, b.shape.back(), a.shape.back(), batch, splits,
+      double(numel(a.shape)) * dtype_bytes(a.dtype) + double(numel(b.shape)) * dtype_bytes(b.dtype),
+      double(numel(o.shape)) * dtype_bytes(o.dtype), x.t);
+  c.lowered = false;
   return c;
 }
 

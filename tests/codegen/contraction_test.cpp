@@ -77,7 +77,34 @@ TEST(Contraction, RejectsEverythingElse) {
   const Target& t = target_for(Arch::Sm90a);
   EXPECT_FALSE(match_contraction(build(Variant::ReduceEpilogue), t));
   EXPECT_FALSE(match_contraction(build(Variant::SwappedGrid), t));
-  EXPECT_FALSE(match_contraction(build(Variant::Plain, DType::F32), t));
+  EXPECT_FALSE(match_contraction(build(Variant::Dual, DType::F32), t));  // f32: one weight only
+}
+
+// f32 operands past GEMV rows run the three-pass tf32 GEMM with the epilogue functor (split-K
+// where the tiles do not fill the SMs, the pairs and partials in the kernel's workspace).
+TEST(Contraction, F32OperandsRunTheTf32x3Gemm) {
+  const Target& t = target_for(Arch::Sm90a);
+  auto p = match_contraction(build(Variant::Plain, DType::F32), t);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->ab, DType::F32);
+  // 2 x 2 tiles of 128 on 132 SMs: splits for 33 units, capped by 3 * 128 / 32 / 16 = 0 -> 1.
+  EXPECT_EQ(p->f32x3_splits, 1);
+  KernelGraphBuilder kb("contract32", "", Arch::Sm90a);
+  int a = kb.input("A", {M, K}, DType::F32);
+  int b0 = kb.input("B0", {K, N}, DType::F32);
+  int b1 = kb.input("B1", {K, N}, DType::F32);
+  int e = kb.input("E", {M, N}, DType::F32);
+  auto bg = std::make_shared<const BlockGraph>(build(Variant::Plain, DType::F32));
+  auto outs = kb.graph_defined(bg, {a, b0, b1, e}, "k");
+  kb.output(outs[0]);
+  KernelGraph g = std::move(kb).finish();
+  Schedule s = plan_schedule(g, t);
+  ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
+  const int64_t kpad = 128;
+  EXPECT_EQ(s.kernels[0].scratch_bytes, (M + N) * 2 * kpad * 4);
+  EXPECT_NE(emit_cuda(g).find(
+                fmt::format("kiln::rt::gemm_f32x3_launch(t0, {}, false, t1, {}, false, ", K, N)),
+            std::string::npos);
 }
 
 TEST(Contraction, PlannerAndEmitterUseIt) {

@@ -41,7 +41,7 @@ struct ContractionPlan {
   // X loads).
   bool row_sumsq = false;
   int64_t m = 0, n = 0, k = 0;
-  DType ab = DType::F16;   // operand dtype (f16 or bf16)
+  DType ab = DType::F16;   // operand dtype (f16 or bf16; f32 on the tf32 path)
   DType out = DType::F16;  // output dtype
   // The epilogue as float32 C++ statements over `v0`, `v1` (the accumulators of B_0, B_1) and
   // `e0`, `e1`, ... (the E_i at [m, n], already converted to float); the value is `result`.
@@ -54,6 +54,9 @@ struct ContractionPlan {
   // under 8 MB in few blocks, N not a multiple of 8): the K-major register GEMV
   // (runtime/gemv_kmajor.cuh), with the same epilogue functor.
   std::optional<GemvKmajorShape> gemv_kmajor;
+  // f32 operands (one weight, M > 32): the three-pass tf32 GEMM (runtime/tf32.cuh) with the
+  // epilogue functor, split K this many ways (0: not this path).
+  int f32x3_splits = 0;
 };
 
 // The plan when bg is such a contraction and the target can run it (sm_90a; A and B f16 or bf16
