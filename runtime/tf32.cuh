@@ -196,6 +196,83 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// out(s, n) = sum over k of X(s, k) W[k * ldw + n] for s < S <= SMAX (X(s, k) at X[s * xs + k *
+// xk]), n < N: the small side times a weight stored K x N (N contiguous), streamed once on the
+// CUDA cores in f32 FMA. A thread owns 4 consecutive columns (a float4 of each W row where ldw %
+// 4 == 0 and W is 16-byte aligned) over a K split (blockIdx.y); X's values are the same for the
+// whole warp (broadcast loads). With splits > 1 the partials go to part[(split S + s) N + n] for
+// splitk_epilogue_kernel, else to C[s * ldc + n]. Grid (ceil(N / 1024), splits), block 256.
+template <int SMAX, typename TW, typename TX, typename TO>
+__global__ void __launch_bounds__(256)
+    f32_colstream_kernel(const TW* __restrict__ W, int64_t ldw, const TX* __restrict__ X,
+                         int64_t xs, int64_t xk, TO* __restrict__ C, int64_t ldc,
+                         float* __restrict__ part, int S, int N, int K, int splits) {
+  pdl_entry();  // before any load or store (base.cuh)
+  const int n0 = (blockIdx.x * 256 + threadIdx.x) * 4, sp = blockIdx.y;
+  const int kc = (K + splits - 1) / splits, k0 = sp * kc, k1 = min_i(K, k0 + kc);
+  if (n0 >= N) return;  // no barrier below
+  const bool v4 =
+      sizeof(TW) == 4 && ldw % 4 == 0 && (reinterpret_cast<uintptr_t>(W) & 15) == 0 && n0 + 3 < N;
+  float acc[SMAX][4];
+#pragma unroll
+  for (int s = 0; s < SMAX; ++s)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[s][e] = 0.0f;
+  // Rows past S read row S - 1 (their sums are never stored), so that every load is unconditional
+  // and the four k of a step issue together.
+  auto xrow = [&](int s) { return X + int64_t(s < S ? s : S - 1) * xs; };
+  auto wrow = [&](int k, float(&w)[4]) {
+    const TW* wr = W + int64_t(k) * ldw + n0;
+    if (v4) {
+      const float4 q = __ldg(reinterpret_cast<const float4*>(reinterpret_cast<const float*>(wr)));
+      w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[e] = n0 + e < N ? to_f32(wr[e]) : 0.0f;
+    }
+  };
+  int k = k0;
+  for (; k + 3 < k1; k += 4) {
+    float w[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wrow(k + kk, w[kk]);
+#pragma unroll
+    for (int s = 0; s < SMAX; ++s) {
+      const TX* xr = xrow(s);
+      float x[4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) x[kk] = to_f32(xr[int64_t(k + kk) * xk]);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[s][e] = fmaf(x[kk], w[kk][e], acc[s][e]);
+    }
+  }
+  for (; k < k1; ++k) {
+    float w[4];
+    wrow(k, w);
+#pragma unroll
+    for (int s = 0; s < SMAX; ++s) {
+      const float x = to_f32(xrow(s)[int64_t(k) * xk]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[s][e] = fmaf(x, w[e], acc[s][e]);
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < SMAX; ++s) {
+    if (s >= S) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (n0 + e >= N) break;
+      if (splits > 1) {
+        part[(int64_t(sp) * S + s) * N + n0 + e] = acc[s][e];
+      } else {
+        C[s * ldc + n0 + e] = from_f32<TO>(acc[s][e]);
+      }
+    }
+  }
+}
+
 #ifndef __CUDACC_RTC__
 inline int tf32_padded_k(int K) {
   return (K + 31) / 32 * 32;
@@ -267,6 +344,41 @@ inline cudaError_t f32_rowdot_launch(int S, const TW* W, int64_t ldw, const TX* 
   // The partials are in C's element order: sum them as one dense row of `count` elements.
   return launch(splitk_epilogue_kernel<TO, WgmmaEpiIdentity>, dim3(blocks), dim3(256), 0, stream, 1,
                 static_cast<const float*>(workspace), splits, count, 1, int(count), C, count,
+                WgmmaEpiIdentity());
+}
+
+// The K split of f32_colstream_launch: ~16 warps per SM, each split at least 16 k, and the
+// partials (splits S N floats) at most an eighth of W's K N.
+inline int f32_colstream_splits(int S, int N, int K, int sms) {
+  const int warps = (N + 127) / 128;
+  int s = (16 * sms + warps - 1) / warps;
+  const int a = K / 16, b = K / (8 * (S > 0 ? S : 1));
+  s = s < a ? s : a;
+  s = s < b ? s : b;
+  return s < 1 ? 1 : (s > 256 ? 256 : s);
+}
+
+// Launches f32_colstream_kernel (S <= 16 rows of the small side; see there) and, with splits > 1,
+// the sum of the partials (workspace: splits * S * N floats; C dense, ldc = N then).
+template <typename TW, typename TX, typename TO>
+inline cudaError_t f32_colstream_launch(int S, const TW* W, int64_t ldw, const TX* X, int64_t xs,
+                                        int64_t xk, TO* C, int64_t ldc, int N, int K, int splits,
+                                        float* workspace, cudaStream_t stream) {
+  if (S < 1 || S > 16 || N < 1 || K < 1 || splits < 1 ||
+      (splits > 1 && (workspace == nullptr || ldc != N)))
+    return cudaErrorInvalidValue;
+  const dim3 grid((N + 1023) / 1024, splits), block(256);
+  cudaError_t e = S <= 4 ? launch(f32_colstream_kernel<4, TW, TX, TO>, grid, block, 0, stream, 1, W,
+                                  ldw, X, xs, xk, C, ldc, workspace, S, N, K, splits)
+                  : S <= 8 ? launch(f32_colstream_kernel<8, TW, TX, TO>, grid, block, 0, stream, 1,
+                                    W, ldw, X, xs, xk, C, ldc, workspace, S, N, K, splits)
+                           : launch(f32_colstream_kernel<16, TW, TX, TO>, grid, block, 0, stream, 1,
+                                    W, ldw, X, xs, xk, C, ldc, workspace, S, N, K, splits);
+  if (e != cudaSuccess || splits == 1) return e;
+  const int64_t count = int64_t(S) * N;
+  const int blocks = int(count / 256 + 1 < 4096 ? count / 256 + 1 : 4096);
+  return launch(splitk_epilogue_kernel<TO, WgmmaEpiIdentity>, dim3(blocks), dim3(256), 0, stream, 1,
+                static_cast<const float*>(workspace), splits, count, S, N, C, ldc,
                 WgmmaEpiIdentity());
 }
 

@@ -186,6 +186,83 @@ void F32RowdotKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   L.close();
 }
 
+// The runtime's f32_colstream_splits (runtime/tf32.cuh), for `sms` SMs.
+static int colstream_splits(int64_t S, int64_t N, int64_t K, int sms) {
+  const int64_t want = cdiv(16 * sms, cdiv(N, 128));
+  const int64_t s = std::min({want, K / 16, K / (8 * std::max<int64_t>(1, S))});
+  return static_cast<int>(std::clamp<int64_t>(s, 1, 256));
+}
+
+std::optional<F32ColstreamKernel> F32ColstreamKernel::match(const PlanContext& ctx, int k,
+                                                            KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (s.a.dtype != DType::F32 && s.b.dtype != DType::F32) return std::nullopt;
+  if (s.b.shape.size() != 2 || transposed_source(ctx, op, 1, 2) >= 0) return std::nullopt;
+  if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
+  F32ColstreamKernel p;
+  const int ta = transposed_source(ctx, op, 0, 2);
+  if (ta >= 0) {
+    p.rows = s.M;
+    kp.prologue_op = ta;
+    p.a_view = ta;
+  } else {
+    p.rows = folded_rows(s);
+  }
+  if (p.rows < 1 || p.rows > 16) return std::nullopt;
+  p.splits = colstream_splits(p.rows, s.N, s.K, ctx.t.sm_count);
+  kp.splits = p.splits;
+  kp.threads = 256;
+  kp.grid = cdiv(s.N, 1024) * p.splits;
+  if (p.splits > 1) kp.scratch_bytes = int64_t(p.splits) * p.rows * s.N * 4;
+  return p;
+}
+
+std::string F32ColstreamKernel::describe() const {
+  return fmt::format("f32 colstream {} rows{}{}", rows,
+                     splits > 1 ? fmt::format(", {} k-splits", splits) : "",
+                     a_view >= 0 ? ", A read transposed in place" : "");
+}
+
+// The weight streamed once at the copy rate, the rows from L2, the partials written and summed.
+KernelCost F32ColstreamKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+  const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
+  KernelCost c;
+  c.name = x.op.name;
+  c.blocks = x.kp.grid;
+  c.waves = 1;
+  c.dram_read =
+      double(numel(a.shape)) * dtype_bytes(a.dtype) + double(numel(b.shape)) * dtype_bytes(b.dtype);
+  c.dram_write = double(numel(o.shape)) * dtype_bytes(o.dtype) +
+                 2.0 * splits * double(rows) * double(b.shape.back()) * 4;
+  c.cuda_flops = 2.0 * double(rows) * double(b.shape.back()) * double(a.shape.back());
+  double dram_u, comp_u;
+  grid_utilization(double(c.blocks) * 2, x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
+  finish_times(c, x.t, k, dram_u, comp_u);
+  if (splits > 1) c.time += x.t.launch_s + k.fixed_s;
+  return c;
+}
+
+void F32ColstreamKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  Code& L = m.L;
+  // X(s, k): A[s][k] (rows folded), or A^T's input [K, M] at [k][s].
+  const int xi = a_view >= 0 ? x.g.ops[a_view].inputs[0] : op.inputs[0];
+  const int64_t xs = a_view >= 0 ? 1 : m.K, xk = a_view >= 0 ? m.M : 1;
+  L.f("err = kiln::rt::f32_colstream_launch({}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, "
+      "stream);",
+      rows, x.ptr(op.inputs[1]), m.N, x.ptr(xi), xs, xk, x.ptr(op.outputs[0]), m.N, m.N, m.K,
+      splits,
+      splits > 1 ? fmt::format("reinterpret_cast<float*>(ws + {})", kp.scratch_offset)
+                 : std::string("nullptr"));
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
 std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, int k,
                                                         KernelPlan& kp) {
   const KernelOp& op = ctx.g.ops[k];

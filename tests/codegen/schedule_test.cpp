@@ -611,11 +611,27 @@ TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
     EXPECT_NE(
         emit_cuda(lin).find("f32_rowdot_launch(4, t1, 4096, t0, 4096, 1, t3, 4096, 1, 4096, "),
         std::string::npos);
-    // M <= 8 with B stored [K, N]: W's K is not contiguous; A transposed with N <= 8 likewise.
-    EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm90a, 4, 4096, 4096, false, false, 1),
+    // M <= 8 with B stored [K, N]: W's K is not contiguous, so not f32_rowdot but the column
+    // stream (up to 16 rows, A row-major or read transposed); A transposed with N <= 8 neither.
+    const KernelGraph kn = f32_graph(Arch::Sm90a, 4, 4096, 4096, false, false, 1);
+    const Schedule skn = plan_schedule(kn, target_for(Arch::Sm90a));
+    EXPECT_FALSE(skn.kernels.back().as<F32RowdotKernel>());
+    const F32ColstreamKernel* cs = skn.kernels.back().as<F32ColstreamKernel>();
+    ASSERT_TRUE(cs);
+    EXPECT_EQ(cs->rows, 4);
+    EXPECT_EQ(cs->splits, 66);  // 32 warps a split, 16 per SM wanted; K / (8 * 4) allows 128
+    EXPECT_EQ(skn.kernels.back().scratch_bytes, 66 * 4 * 4096 * 4);
+    EXPECT_NE(emit_cuda(kn).find("f32_colstream_launch(4, t1, 4096, t0, 4096, 1, t2, 4096, 4096, "
+                                 "4096, 66, "),
+              std::string::npos);
+    const Schedule st =
+        plan_schedule(f32_graph(Arch::Sm80, 12, 512, 1000, true, false, 1), target_for(Arch::Sm80));
+    ASSERT_TRUE(st.kernels.back().as<F32ColstreamKernel>());
+    EXPECT_GE(st.kernels.back().as<F32ColstreamKernel>()->a_view, 0);
+    EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm90a, 17, 4096, 4096, false, false, 1),
                                target_for(Arch::Sm90a))
                      .kernels.back()
-                     .as<F32RowdotKernel>());
+                     .as<F32ColstreamKernel>());
     EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm90a, 4096, 4096, 4, true, false, 1),
                                target_for(Arch::Sm90a))
                      .kernels.back()

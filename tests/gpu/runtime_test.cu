@@ -1050,6 +1050,30 @@ static void test_f32_rowdot(int S, int L, int K, bool x_rows, bool out_sl, int s
   report(name, within(err, 1e-5), "rel_l2=%.2e", err);
 }
 
+// f32_colstream (tf32.cuh): S <= 16 rows of X (by rows or transposed) times W [K, N], ragged N
+// (scalar tail columns), unaligned ldw, with and without k-splits.
+static void test_f32_colstream(int S, int N, int K, int ldw, bool x_rows, int splits) {
+  auto W = random_vec<float>(size_t(K) * ldw), X = random_vec<float>(size_t(S) * K);
+  const int64_t xs = x_rows ? K : 1, xk = x_rows ? 1 : S;
+  DBuf<float> dW(W.size()), dX(X.size()), dC(size_t(S) * N), ws(size_t(splits) * S * N);
+  dW.upload(W), dX.upload(X);
+  CK(f32_colstream_launch(S, dW.p, ldw, dX.p, xs, xk, dC.p, N, N, K, splits, ws.p, 0));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(C.size());
+  for (int s = 0; s < S; ++s)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += double(X[s * xs + k * xk]) * W[size_t(k) * ldw + n];
+      ref[size_t(s) * N + n] = acc;
+    }
+  char name[160];
+  snprintf(name, sizeof name, "f32_colstream_s%d_n%d_k%d_ldw%d%s_splits%d", S, N, K, ldw,
+           x_rows ? "" : "_xcols", splits);
+  const double err = rel_l2(C, ref);
+  report(name, within(err, 1e-5), "rel_l2=%.2e", err);
+}
+
 static void test_wgmma(const cudaDeviceProp& prop) {
   if (!device_has_wgmma(prop)) {
     printf("SKIP wgmma (needs an sm_90 device and a build for sm_90a)\n");
@@ -1113,6 +1137,10 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_f32x3_batched(prop, 1, 8, 256, 384, 512, false, false);
   test_f32x3_batched(prop, 2, 3, 77, 136, 200, true, false, 1);
   test_f32x3_batched(prop, 3, 2, 130, 40, 1030, false, true, 4);
+  test_f32_colstream(4, 4096, 4096, 4096, true, 66);
+  test_f32_colstream(3, 1001, 1000, 1001, true, 41);
+  test_f32_colstream(16, 520, 300, 523, false, 1);
+  test_f32_colstream(9, 64, 2048, 64, false, 7);
   test_f32_rowdot(1, 2048, 8192, false, false, 2);
   test_f32_rowdot(4, 1000, 4099, true, true, 1);
   test_f32_rowdot(8, 77, 10000, false, false, 4);

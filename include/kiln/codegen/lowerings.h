@@ -24,9 +24,8 @@ using LoweredPlan =
                  FillKernel, FoldedConstant,
                  FusedIntoKernel,  // never matches: assigned by a consumer
                  ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnSumGemvKernel,
-                 ColumnKernel, GemvKernel, WgmmaGemmKernel, F32RowdotKernel,
-                 Tf32x3GemmKernel, GemmTcKernel,
-                 FmaKernel,
-                 ContractionKernel, AttentionKernel, RowChainKernel, BlockGraphKernel>;
+                 ColumnKernel, GemvKernel, WgmmaGemmKernel, F32RowdotKernel, F32ColstreamKernel,
+                 Tf32x3GemmKernel, GemmTcKernel, FmaKernel, ContractionKernel, AttentionKernel,
+                 RowChainKernel, BlockGraphKernel>;
 
 }  // namespace kiln

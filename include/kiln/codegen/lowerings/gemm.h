@@ -28,6 +28,16 @@ struct F32RowdotKernel {
   KILN_LOWERING(F32RowdotKernel);
 };
 
+// f32 products of at most 16 rows by a weight stored K x N (N contiguous), the rows A's (batch
+// dims folded) or a 2-D A read transposed: the runtime's f32_colstream (a thread per 4 columns
+// and K split, f32 FMA, the weight read once; runtime/tf32.cuh).
+struct F32ColstreamKernel {
+  int64_t rows = 0;
+  int splits = 1;
+  int a_view = -1;  // the transpose op read in place as A, or -1
+  KILN_LOWERING(F32ColstreamKernel);
+};
+
 // f32 operands (either or both; the other may be 16-bit) on sm_90a, past 32 rows: the runtime's
 // three-pass tf32 GEMM (runtime/tf32.cuh: hi/lo splits, then the warp-specialized wgmma GEMM over
 // three K segments, f32-accurate), split-K where the tiles cannot fill the SMs. Any layout: an A
