@@ -146,6 +146,26 @@ inline CUtensorMapDataType tma_dtype<float>() {
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
+// The driver's cuTensorMapEncodeTiled, looked up once (tma_encode_2d, tma_encode_3d).
+using TmaEncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline cudaError_t tma_encode_fn(TmaEncodeFn* out) {
+  static TmaEncodeFn encode = nullptr;
+  if (encode == nullptr) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &q);
+    if (e != cudaSuccess) return e;
+    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
+    encode = reinterpret_cast<TmaEncodeFn>(fn);
+  }
+  *out = encode;
+  return cudaSuccess;
+}
+
 // Encodes a 2-D tensor map over base[rows][cols] with row stride ld elements. Requirements
 // (checked, cudaErrorInvalidValue otherwise): base 16-byte aligned; ld * sizeof(T) a multiple of
 // 16; 1 <= box_rows, box_cols <= 256; box_cols * sizeof(T) a multiple of 16, and exactly 128 with
@@ -158,20 +178,8 @@ inline cudaError_t tma_encode_2d(TmaDesc* out, const T* base, int64_t rows, int6
       box_rows > 256 || box_cols < 1 || box_cols > 256 || (box_cols * eb) % 16 != 0 ||
       (swizzle128 && box_cols * eb != 128) || rows < 1 || cols < 1)
     return cudaErrorInvalidValue;
-  using EncodeFn =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static EncodeFn encode = nullptr;
-  if (encode == nullptr) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &q);
-    if (e != cudaSuccess) return e;
-    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
-    encode = reinterpret_cast<EncodeFn>(fn);
-  }
+  TmaEncodeFn encode = nullptr;
+  if (const cudaError_t e = tma_encode_fn(&encode); e != cudaSuccess) return e;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};  // innermost first
   const cuuint64_t strides[1] = {cuuint64_t(ld * eb)};              // bytes, dims 1..
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
@@ -199,20 +207,8 @@ inline cudaError_t tma_encode_3d(TmaDesc* out, const T* base, int64_t depth, int
       (box_cols * eb) % 16 != 0 || (swizzle128 && box_cols * eb != 128) || rows < 1 || cols < 1 ||
       depth < 1)
     return cudaErrorInvalidValue;
-  using EncodeFn =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static EncodeFn encode = nullptr;
-  if (encode == nullptr) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &q);
-    if (e != cudaSuccess) return e;
-    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorNotSupported;
-    encode = reinterpret_cast<EncodeFn>(fn);
-  }
+  TmaEncodeFn encode = nullptr;
+  if (const cudaError_t e = tma_encode_fn(&encode); e != cudaSuccess) return e;
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(depth)};
   const cuuint64_t strides[2] = {cuuint64_t(ld * eb), cuuint64_t(ld_z * eb)};
   const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};

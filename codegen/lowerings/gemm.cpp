@@ -138,9 +138,11 @@ std::string F32RowdotKernel::describe() const {
                      n_small ? "" : ", B read K-major in place");
 }
 
-// The large operand streamed once at the copy rate (a warp per row keeps 16 bytes a lane in
-// flight), the small one from L2, and with k-splits the partials written and summed.
-KernelCost F32RowdotKernel::cost(const CostContext& x) const {
+// f32_rowdot and f32_colstream (runtime/tf32.cuh): the large operand streamed once at the copy
+// rate, the small one from L2, `partial_floats` k-split partials written and summed (one more
+// launch), `macs` multiply-adds on the CUDA cores over `blocks` blocks.
+static KernelCost f32_stream_cost(const CostContext& x, double blocks, int splits,
+                                  double partial_floats, double macs) {
   const CostConstants& k = cost_constants(x.t.arch);
   const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
   const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
@@ -151,13 +153,19 @@ KernelCost F32RowdotKernel::cost(const CostContext& x) const {
   c.waves = 1;
   c.dram_read =
       double(numel(a.shape)) * dtype_bytes(a.dtype) + double(numel(b.shape)) * dtype_bytes(b.dtype);
-  c.dram_write = double(numel(o.shape)) * dtype_bytes(o.dtype) + 2.0 * splits * double(l * s) * 4;
-  c.cuda_flops = 2.0 * double(l) * double(s) * double(a.shape.back());
+  c.dram_write = double(numel(o.shape)) * dtype_bytes(o.dtype) + 2.0 * partial_floats * 4;
+  c.cuda_flops = 2.0 * macs;
   double dram_u, comp_u;
-  grid_utilization(double(c.blocks), x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
+  grid_utilization(blocks, x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
   finish_times(c, x.t, k, dram_u, comp_u);
   if (splits > 1) c.time += x.t.launch_s + k.fixed_s;
   return c;
+}
+
+KernelCost F32RowdotKernel::cost(const CostContext& x) const {
+  const double K = double(x.g.tensor(x.op.inputs[0]).shape.back());
+  return f32_stream_cost(x, double(x.kp.grid), splits, double(splits) * double(l * s),
+                         double(l) * double(s) * K);
 }
 
 void F32RowdotKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
@@ -225,26 +233,12 @@ std::string F32ColstreamKernel::describe() const {
                      a_view >= 0 ? ", A read transposed in place" : "");
 }
 
-// The weight streamed once at the copy rate, the rows from L2, the partials written and summed.
 KernelCost F32ColstreamKernel::cost(const CostContext& x) const {
-  const CostConstants& k = cost_constants(x.t.arch);
-  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
-  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
-  const TensorDesc& o = x.g.tensor(x.op.outputs[0]);
-  KernelCost c;
-  c.name = x.op.name;
-  c.blocks = x.kp.grid;
-  c.waves = 1;
-  c.dram_read =
-      double(numel(a.shape)) * dtype_bytes(a.dtype) + double(numel(b.shape)) * dtype_bytes(b.dtype);
-  c.dram_write = double(numel(o.shape)) * dtype_bytes(o.dtype) +
-                 2.0 * splits * double(rows) * double(b.shape.back()) * 4;
-  c.cuda_flops = 2.0 * double(rows) * double(b.shape.back()) * double(a.shape.back());
-  double dram_u, comp_u;
-  grid_utilization(double(c.blocks) * 2, x.t, k.row_efficiency, k.dram_saturation, dram_u, comp_u);
-  finish_times(c, x.t, k, dram_u, comp_u);
-  if (splits > 1) c.time += x.t.launch_s + k.fixed_s;
-  return c;
+  const double N = double(x.g.tensor(x.op.inputs[1]).shape.back());
+  const double K = double(x.g.tensor(x.op.inputs[0]).shape.back());
+  // 256-thread blocks of 1024 columns: counted twice for the utilization, as measured.
+  return f32_stream_cost(x, double(x.kp.grid) * 2, splits, double(splits) * double(rows) * N,
+                         double(rows) * N * K);
 }
 
 void F32ColstreamKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
