@@ -46,6 +46,7 @@
 #ifndef KILN_RT_GEMV_TMA_CUH
 #include "gemv_tma.cuh"
 #include "gemv_kmajor.cuh"
+#include "lowrank.cuh"
 #endif
 
 #endif  // KILN_RT_KILN_RUNTIME_CUH

@@ -2,6 +2,7 @@
 // include/kiln/codegen/lowerings/contraction.h), then the plan, its cost and its emission.
 #include "kiln/codegen/lowerings/contraction.h"
 
+#include <algorithm>
 #include <map>
 
 #include "../cost_util.h"
@@ -53,8 +54,9 @@ class Matcher {
     plan_ = &plan;
     std::string r;
     if (!expr(sv.inputs[0], r)) return false;
-    if (plan.b.empty() || plan.b.size() > 2) return false;
     plan.result = r;
+    if (plan.lowrank) return lowrank(plan);
+    if (plan.b.empty() || plan.b.size() > 2) return false;
     const TensorDesc& a = bg_.inputs[plan.a];
     plan.k = a.shape[1];
     plan.ab = a.dtype;
@@ -78,6 +80,29 @@ class Matcher {
   }
 
  private:
+  // A contraction with a low-rank term: at most one full-rank weight (v0), 16-bit operands of
+  // one type, a shape the chain kernel runs.
+  bool lowrank(ContractionPlan& plan) const {
+    const LowRankTerm& lr = *plan.lowrank;
+    if (plan.b.size() > 1 || plan.row_sumsq || plan.a < 0) return false;
+    const TensorDesc& a = bg_.inputs[plan.a];
+    plan.k = a.shape[1];
+    plan.ab = a.dtype;
+    if (!is_16bit(a.dtype)) return false;
+    const Shape l0 = lr.a_kmajor ? Shape{lr.r, plan.k} : Shape{plan.k, lr.r};
+    if (bg_.inputs[lr.a].shape != l0) return false;
+    for (int io : {lr.a, lr.b})
+      if (bg_.inputs[io].dtype != a.dtype) return false;
+    if (!plan.b.empty()) {
+      const TensorDesc& w = bg_.inputs[plan.b[0]];
+      const Shape ws = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
+      if (w.dtype != a.dtype || w.shape != ws) return false;
+    }
+    plan.lowrank_shape = lowrank_shape(plan.m, plan.n, plan.k, lr.r, lr.a_kmajor, lr.b_kmajor,
+                                       !plan.b.empty(), plan.b_kmajor, t_);
+    return plan.lowrank_shape.has_value();
+  }
+
   // The tensor dim a grid dim must map to for an iterator of the given role.
   bool grid_maps(const BlockOp& in, int row_dim, int col_dim) const {
     for (size_t g = 0; g < bg_.grid.size(); ++g) {
@@ -92,6 +117,73 @@ class Matcher {
   bool loop_maps(const BlockOp& in, int dim) const {
     if (!has_loop_) return in.fmap.empty();
     return in.fmap.size() == 1 && in.fmap[0] == dim;
+  }
+
+  // Whether `a` is the contraction's activation A [M, K] (rows by gi, K by the loop), registering
+  // it on first sight (every matmul and the row sums of squares must agree on it).
+  bool activation(const BlockOp& a) {
+    if (a.kind != OpKind::Input || bg_.inputs[a.io].shape.size() != 2) return false;
+    if (!grid_maps(a, 0, -1) || !loop_maps(a, 1) || bg_.inputs[a.io].shape[0] != plan_->m)
+      return false;
+    if (plan_->a >= 0 && plan_->a != a.io) return false;
+    plan_->a = a.io;
+    return true;
+  }
+
+  // The input under op `id` read as a 2-D tile, or under a 2-D transpose of one (kmajor); null
+  // where it is neither.
+  const BlockOp* input_or_transposed(int id, bool& kmajor) const {
+    const BlockOp* p = &bg_.ops[id];
+    kmajor = false;
+    if (p->kind == OpKind::Transpose && p->inputs.size() == 1 && p->shape.size() == 2 &&
+        transpose_perm(p->attrs, 2) == std::vector<int>{1, 0}) {
+      kmajor = true;
+      p = &bg_.ops[p->inputs[0]];
+    }
+    if (p->kind != OpKind::Input || bg_.inputs[p->io].shape.size() != 2) return nullptr;
+    return p;
+  }
+
+  // Whether op `id` (a Post-stage matmul, or any without a loop) is the low-rank term
+  // ((A L0) L1)[m, n]: L0 [K, R] read whole along R and by the loop along K (or the transpose of
+  // an [R, K] input), its product with A summed over the loop (or, without one, the product
+  // itself), then multiplied by L1 [R, N] tiled along N by gj and whole along R (or the transpose
+  // of an [N, R] input). One such term per kernel, named v1.
+  bool lowrank_operand(int id, std::string& out) {
+    const BlockOp& op = bg_.ops[id];
+    if (op.inputs.size() != 2 || op.shape != tile_) return false;
+    int inner = op.inputs[0];
+    if (has_loop_) {
+      const BlockOp& acc = bg_.ops[inner];
+      if (acc.kind != OpKind::AccumSum || acc.inputs.size() != 1) return false;
+      inner = acc.inputs[0];
+      if (bg_.ops[inner].stage != Stage::Loop) return false;
+    }
+    const BlockOp& xa = bg_.ops[inner];
+    if (xa.kind != OpKind::MatMul || xa.inputs.size() != 2) return false;
+    bool ak = false, bk = false;
+    const BlockOp* l0 = input_or_transposed(xa.inputs[1], ak);
+    const BlockOp* l1 = input_or_transposed(op.inputs[1], bk);
+    if (l0 == nullptr || l1 == nullptr) return false;
+    // L0 [K, R]: K by the loop; L0' [R, K]: K by the loop (dim 1); neither gridded.
+    if (!grid_maps(*l0, -1, -1) || !loop_maps(*l0, ak ? 1 : 0)) return false;
+    // L1 [R, N]: columns by gj; L1' [N, R]: rows by gj; not by the loop.
+    if (!grid_maps(*l1, -1, bk ? 0 : 1) || !loop_maps(*l1, -1)) return false;
+    const Shape& s0 = bg_.inputs[l0->io].shape;
+    const Shape& s1 = bg_.inputs[l1->io].shape;
+    const int64_t r = ak ? s0[0] : s0[1];
+    if ((bk ? s1[1] : s1[0]) != r || (bk ? s1[0] : s1[1]) != plan_->n) return false;
+    // Whole along R: the tiles hold every rank column.
+    if (bg_.ops[inner].shape.back() != r || op.shape.size() != 2) return false;
+    const LowRankTerm term{l0->io, l1->io, r, ak, bk};
+    if (plan_->lowrank) {
+      const LowRankTerm& o = *plan_->lowrank;
+      if (o.a != term.a || o.b != term.b || o.a_kmajor != ak || o.b_kmajor != bk) return false;
+    }
+    if (!activation(bg_.ops[xa.inputs[0]])) return false;
+    plan_->lowrank = term;
+    out = "v1";
+    return true;
   }
 
   // The accumulator of matmul op `mm` (A x B_j over the whole K): its index j, registering A
@@ -109,20 +201,15 @@ class Matcher {
       bp = &bg_.ops[bp->inputs[0]];
     }
     const BlockOp& b = *bp;
-    if (a.kind != OpKind::Input || b.kind != OpKind::Input) return false;
-    if (bg_.inputs[a.io].shape.size() != 2 || bg_.inputs[b.io].shape.size() != 2) return false;
-    // A [M, K]: rows by gi, K by the loop; B [K, N]: columns by gj, K by the loop; B^T [N, K]:
-    // rows by gj, K by the loop.
-    if (!grid_maps(a, 0, -1) || !loop_maps(a, 1)) return false;
+    if (b.kind != OpKind::Input || bg_.inputs[b.io].shape.size() != 2) return false;
+    // B [K, N]: columns by gj, K by the loop; B^T [N, K]: rows by gj, K by the loop.
     if (kmajor ? !grid_maps(b, -1, 0) || !loop_maps(b, 1)
                : !grid_maps(b, -1, 1) || !loop_maps(b, 0))
       return false;
     // One layout for every weight (the runtime kernels take one).
     if (!plan_->b.empty() && plan_->b_kmajor != kmajor) return false;
+    if (!activation(a)) return false;
     plan_->b_kmajor = kmajor;
-    if (bg_.inputs[a.io].shape[0] != plan_->m) return false;
-    if (plan_->a >= 0 && plan_->a != a.io) return false;
-    plan_->a = a.io;
     for (size_t j = 0; j < plan_->b.size(); ++j)
       if (plan_->b[j] == b.io) {
         out = "v" + std::to_string(j);
@@ -151,6 +238,9 @@ class Matcher {
         out = "rs";
         ok = true;
       }
+    } else if (op.kind == OpKind::MatMul && (op.stage == Stage::Post || !has_loop_) &&
+               lowrank_operand(id, out)) {
+      ok = true;
     } else if (op.kind == OpKind::MatMul && !has_loop_) {
       ok = op.shape == tile_ && matmul_operand(id, out);
     } else if (op.kind == OpKind::Input) {
@@ -214,13 +304,7 @@ class Matcher {
     if (sq.kind == OpKind::Mul && sq.inputs.size() == 2 && sq.inputs[0] == sq.inputs[1])
       x = sq.inputs[0];
     if (x < 0) return false;
-    const BlockOp& a = bg_.ops[x];
-    if (a.kind != OpKind::Input || bg_.inputs[a.io].shape.size() != 2) return false;
-    if (!grid_maps(a, 0, -1) || !loop_maps(a, 1) || bg_.inputs[a.io].shape[0] != plan_->m)
-      return false;
-    if (plan_->a >= 0 && plan_->a != a.io) return false;
-    plan_->a = a.io;
-    return true;
+    return activation(bg_.ops[x]);
   }
 
   // Whether a tile of shape s broadcasts (numpy rules, right-aligned) to the output tile.
@@ -276,6 +360,55 @@ class Matcher {
 
 }  // namespace
 
+int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor, bool has_w,
+                           bool w_kmajor, int64_t k, int splits) {
+  // Mirrors runtime/lowrank.cuh (LowrankSmem, lowrank_k_chunk): 16-bit tiles with pitches padded
+  // by 8 elements, then the warps' f32 partials of T, their sum, the cluster's partials (one slot
+  // per rank) and their sum, each MP rows of pitch RP + 4 floats.
+  const int64_t mp = 16 * mt, rp = 16 * rt, kp = cgen::cdiv(k, 16) * 16;
+  const int64_t kc = cgen::cdiv(cgen::cdiv(k, splits), 16) * 16;
+  const int64_t xc = has_w ? std::max(kp, kc * splits) : kc;
+  const int64_t xp = xc + 8, ap = a_kmajor ? kc + 8 : rp + 8, bp = b_kmajor ? rp + 8 : nc + 8;
+  const int64_t wp = has_w ? (w_kmajor ? kp + 8 : nc + 8) : 0;
+  const int64_t a = mp * xp, b = a + (a_kmajor ? rp : kc) * ap, w = b + (b_kmajor ? nc : rp) * bp;
+  const int64_t end16 = w + (has_w ? (w_kmajor ? nc : kp) : 0) * wp;
+  const int64_t part = (end16 * 2 + 15) / 16 * 16;
+  return part + (4 + 1 + splits + 1) * mp * (rp + 4) * 4;
+}
+
+std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64_t r, bool a_kmajor,
+                                          bool b_kmajor, bool has_w, bool w_kmajor,
+                                          const Target& t) {
+  if (t.arch != Arch::Sm90a) return std::nullopt;
+  if (m < 1 || m > 32 || r < 8 || r > 64 || r % 8 || k < 8 || k % 8 || n < 8 || n % 8)
+    return std::nullopt;
+  // Beside a K-major full-rank weight (nn.Linear's W [N, K]) the block kernel that recomputes
+  // X A per CTA in a pipelined k-loop was faster: LoRA in nn.Linear layouts ran 3.69 us as a block
+  // kernel against 4.05 here (H200, session 20; with W [K, N] this kernel won, 4.22 against
+  // 4.55). The runtime kernel takes that layout; the planner does not pick it there.
+  if (has_w && w_kmajor) return std::nullopt;
+  LowRankShape s;
+  s.mt = static_cast<int>(cgen::cdiv(m, 16));
+  s.rt = static_cast<int>(cgen::cdiv(r, 16));
+  // Measured on an H200 (tests/gpu/lowrank_sweep.cu, session 20): M16 K4096 R16 N4096 ran 4.70 us
+  // at 8 splits of 32 KB (5.50 at 4 of 64 KB); M32 K1024 R64 N2056 8.45 at 4 splits of 48 KB
+  // (9.31 at 8, 9.38 at 2).
+  if (!has_w)
+    while (s.splits < 8 &&
+           cgen::cdiv(cgen::cdiv(k, s.splits), 16) * 16 * 16 * (s.mt + s.rt) * 2 > 48 * 1024)
+      s.splits *= 2;
+  // Wider column blocks while they still leave at least 64 CTAs (N-major B and W rows of 128
+  // bytes instead of 64; fewer clusters re-reading X and L0): lowrank 4.70 us at 64 columns, 5.58
+  // at 32, 5.19 at 128; LoRA with W [K, N] 4.42 at 64, 5.14 at 32.
+  const auto ctas = [&](int nc) { return cgen::cdiv(cgen::cdiv(n, nc), s.splits) * s.splits; };
+  while (s.nc < 128 && ctas(2 * s.nc) >= 64) s.nc *= 2;
+  while (s.nc < 128 && cgen::cdiv(n, s.nc) > t.sm_count) s.nc *= 2;
+  s.grid = ctas(s.nc);
+  s.smem = lowrank_smem_bytes(s.mt, s.rt, s.nc, a_kmajor, b_kmajor, has_w, w_kmajor, k, s.splits);
+  if (s.smem > t.smem_per_block) return std::nullopt;
+  return s;
+}
+
 std::optional<ContractionPlan> match_contraction(const BlockGraph& bg, const Target& t) {
   ContractionPlan plan;
   Matcher m(bg, t);
@@ -289,7 +422,13 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
   if (op.kind != OpKind::GraphDefined || !ctx.opt.lowerings) return std::nullopt;
   std::optional<ContractionPlan> c = match_contraction(*op.block, ctx.t);
   if (!c) return std::nullopt;
-  if (const std::optional<GemvTmaShape>& v = c->gemv) {
+  if (const std::optional<LowRankShape>& v = c->lowrank_shape) {
+    // Few rows times a low-rank chain: one launch, T = X A per cluster (runtime/lowrank.cuh).
+    kp.splits = v->splits;
+    kp.grid = v->grid;
+    kp.threads = 128;
+    kp.smem = v->smem;
+  } else if (const std::optional<GemvTmaShape>& v = c->gemv) {
     // Decode rows: the TMA GEMV streams the weights once (runtime/gemv_tma.cuh).
     kp.splits = static_cast<int>(v->splits);
     kp.grid = v->grid;
@@ -321,6 +460,10 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
 
 std::string ContractionKernel::describe() const {
   const char* plural = c.b.size() > 1 ? "s" : "";
+  if (const std::optional<LowRankShape>& v = c.lowrank_shape)
+    return fmt::format("low-rank chain contraction (rank {}{}, {} columns per CTA, cluster {})",
+                       c.lowrank->r, c.b.empty() ? "" : " beside a full-rank weight", v->nc,
+                       v->splits);
   if (const std::optional<GemvTmaShape>& v = c.gemv)
     return fmt::format("gemv tma contraction ({} weight{}{}, {}x{} s{}, {} split{})", c.b.size(),
                        plural, c.b_kmajor ? " K-major" : "", v->bn, v->bk, v->stages, v->splits,
@@ -357,8 +500,13 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   const BlockGraph& bg = *op.block;
   const std::string epi = "Epi_" + kp.kernel;
   Code& K = x.kernels;
-  K.f("// {}: {} = epilogue(A[{}, {}] x B[{}, {}]{}) ({})", kp.kernel, bg.outputs[0].name, c.m, c.k,
-      c.k, c.n, c.b_kmajor ? ", B given as B^T, read K-major" : "", kp.strategy());
+  if (c.lowrank)
+    K.f("// {}: {} = epilogue(v0 = {}, v1 = (A[{}, {}] L0[{}, {}]) L1[{}, {}]) ({})", kp.kernel,
+        bg.outputs[0].name, c.b.empty() ? std::string("0") : fmt::format("A B[{}, {}]", c.k, c.n),
+        c.m, c.k, c.k, c.lowrank->r, c.lowrank->r, c.n, kp.strategy());
+  else
+    K.f("// {}: {} = epilogue(A[{}, {}] x B[{}, {}]{}) ({})", kp.kernel, bg.outputs[0].name, c.m,
+        c.k, c.k, c.n, c.b_kmajor ? ", B given as B^T, read K-major" : "", kp.strategy());
   K.open(fmt::format("struct {} {{", epi));
   for (size_t e = 0; e < c.epi_inputs.size(); ++e)
     K.f("const {}* e{}_ptr;", ctype(bg.inputs[c.epi_inputs[e]].dtype), e);
@@ -397,6 +545,23 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   for (int e : c.epi_inputs) epi_args.push_back(x.ptr(op.inputs[e]));
   Code& L = x.launch;
   L.open("{");
+  if (const std::optional<LowRankShape>& v = c.lowrank_shape) {
+    // Every operand read in place, in its own layout (the flags), leading dimensions its rows.
+    const LowRankTerm& lr = *c.lowrank;
+    const bool has_w = !c.b.empty();
+    const std::string w = has_w ? x.ptr(op.inputs[c.b[0]]) : x.ptr(op.inputs[c.a]);
+    L.f("err = kiln::rt::lowrank_launch<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>({}, {}, {}, {}, "
+        "{}, "
+        "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
+        ctype(c.ab), ctype(c.out), v->mt, v->rt, v->nc, lr.a_kmajor, lr.b_kmajor, has_w,
+        has_w && c.b_kmajor, epi, x.ptr(op.inputs[c.a]), c.k, x.ptr(op.inputs[lr.a]),
+        lr.a_kmajor ? c.k : lr.r, x.ptr(op.inputs[lr.b]), lr.b_kmajor ? lr.r : c.n, w,
+        has_w ? ldb : c.k, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, lr.r, v->splits, epi,
+        fmt::join(epi_args, ", "));
+    L.line("if (err != cudaSuccess) return err;");
+    L.close();
+    return;
+  }
   if (const std::optional<GemvTmaShape>& v = c.gemv) {
     L.f("err = kiln::rt::gemv_tma_launch<{}, {}, {}, {}, {}, {}, {}, 1, {}{}>({}, {}, {}, {}, {}, "
         "{}, {}, {}, {}, {}, {}, stream, {}{{{}}});",

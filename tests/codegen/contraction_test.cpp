@@ -454,5 +454,160 @@ TEST(Contraction, DeferredRmsNormOnTheKmajorRegisterGemv) {
             "");
 }
 
+// A low-rank chain ((X L0) L1)[m, n] beside an optional full-rank weight W and a bias:
+//   Y = X W + (X L0) L1 + bias   (has_w; else without X W)
+// with L0 [K, R] or, ak, given as L0^T [R, K], L1 [R, N] or, bk, as L1^T [N, R], W [K, N] or, wk,
+// as W^T [N, K]. Grid over N in tn-column blocks, loop over K in kt-row steps.
+struct LowRankCase {
+  int64_t m, n, k, r;
+  bool has_w, ak, bk, wk;
+  int64_t tn, kt;
+  DType dt = DType::F16;
+};
+
+BlockGraph lowrank_block(const LowRankCase& c) {
+  std::vector<TensorDesc> ins = {{"X", {c.m, c.k}, c.dt},
+                                 {"L0", c.ak ? Shape{c.r, c.k} : Shape{c.k, c.r}, c.dt},
+                                 {"L1", c.bk ? Shape{c.n, c.r} : Shape{c.r, c.n}, c.dt},
+                                 {"W", c.wk ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.dt},
+                                 {"bias", {c.n}, c.dt}};
+  BlockGraphBuilder b({c.n / c.tn}, 128, {c.k / c.kt}, ins);
+  int x = b.input(0, {-1}, {1});
+  int l0 = c.ak ? b.op(OpKind::Transpose, {b.input(1, {-1}, {1})}) : b.input(1, {-1}, {0});
+  int l1 = c.bk ? b.op(OpKind::Transpose, {b.input(2, {0}, {-1})}) : b.input(2, {1}, {-1});
+  int t = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, l0})});
+  int v = b.op(OpKind::MatMul, {t, l1});
+  if (c.has_w) {
+    int w = c.wk ? b.op(OpKind::Transpose, {b.input(3, {0}, {1})}) : b.input(3, {1}, {0});
+    v = b.op(OpKind::Add, {b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {x, w})}), v});
+  }
+  v = b.op(OpKind::Add, {v, b.input(4, {0}, {-1})});
+  b.output(v, {1}, {-1}, c.dt, "Y");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+// The same computation as a spec, written with the low-rank product first where there is no W
+// (X (L0 L1), the benchmark suite's lowrank): the verifier's view of the kernel's meaning.
+KernelGraph lowrank_spec(const LowRankCase& c) {
+  KernelGraphBuilder sb("lr", "", Arch::Sm90a);
+  int x = sb.input("X", {c.m, c.k}, c.dt);
+  int l0 = sb.input("L0", c.ak ? Shape{c.r, c.k} : Shape{c.k, c.r}, c.dt);
+  int l1 = sb.input("L1", c.bk ? Shape{c.n, c.r} : Shape{c.r, c.n}, c.dt);
+  int w = sb.input("W", c.wk ? Shape{c.n, c.k} : Shape{c.k, c.n}, c.dt);
+  int bias = sb.input("bias", {c.n}, c.dt);
+  if (c.ak) l0 = sb.op(OpKind::Transpose, {l0}, {}, "L0t");
+  if (c.bk) l1 = sb.op(OpKind::Transpose, {l1}, {}, "L1t");
+  int v = c.has_w ? sb.op(OpKind::MatMul, {sb.op(OpKind::MatMul, {x, l0}, {}, "T"), l1}, {}, "Z")
+                  : sb.op(OpKind::MatMul, {x, sb.op(OpKind::MatMul, {l0, l1}, {}, "AB")}, {}, "Z");
+  if (c.has_w) {
+    if (c.wk) w = sb.op(OpKind::Transpose, {w}, {}, "Wt");
+    v = sb.op(OpKind::Add, {sb.op(OpKind::MatMul, {x, w}, {}, "XW"), v}, {}, "S");
+  }
+  sb.output(sb.op(OpKind::Add, {v, bias}, {}, "Y"));
+  return std::move(sb).finish();
+}
+
+// Few rows times a low-rank chain (with or without a full-rank weight beside it, every operand
+// layout, f16 and bf16, K not a multiple of 16) run as the low-rank chain kernel with its
+// configuration: the cluster split from K (48 KB of X and L0 per CTA), the column block from N,
+// and the emitted launch's operands and layouts; the simulated result matches the spec's.
+TEST(Contraction, LowRankChainsRunAsOneClusteredLaunch) {
+  const Target& t = target_for(Arch::Sm90a);
+  struct Expect {
+    LowRankCase c;
+    int mt, rt, nc, splits;
+  };
+  const Expect cases[] = {
+      // The suite's lowrank at a quarter of N and half of K: K 2048 in 4 CTAs of 512.
+      {{16, 1024, 2048, 16, false, false, false, false, 64, 64}, 1, 1, 32, 4},
+      // LoRA with nn.Linear-layout adapters and W [K, N], bf16, 5 rows, rank 24, N 8 past a
+      // multiple of 256.
+      {{5, 520, 256, 24, true, true, true, false, 8, 64, DType::BF16}, 1, 2, 32, 1},
+      // 32 rows, rank 64, K 1000 (not a multiple of 16), B^T only: 4 CTAs of 256 x 96 halves.
+      {{32, 264, 1000, 64, false, false, true, false, 8, 200}, 2, 4, 32, 4},
+      // The suite's lowrank: 8 CTAs of 512 k, 64-column blocks (64 CTAs).
+      {{16, 4096, 4096, 16, false, false, false, false, 64, 256}, 1, 1, 64, 8},
+      // 17 rows, W [K, N], L0^T, 4352 columns: 64-column blocks fill the SMs.
+      {{17, 4352, 128, 8, true, true, false, false, 64, 32}, 2, 1, 64, 1},
+  };
+  for (const Expect& e : cases) {
+    const LowRankCase& c = e.c;
+    SCOPED_TRACE(fmt::format("M {} N {} K {} R {} w {} ak {} bk {} wk {}", c.m, c.n, c.k, c.r,
+                             c.has_w, c.ak, c.bk, c.wk));
+    auto bg = std::make_shared<const BlockGraph>(lowrank_block(c));
+    auto p = match_contraction(*bg, t);
+    ASSERT_TRUE(p);
+    ASSERT_TRUE(p->lowrank);
+    ASSERT_TRUE(p->lowrank_shape);
+    EXPECT_EQ(p->lowrank->r, c.r);
+    EXPECT_EQ(p->lowrank->a_kmajor, c.ak);
+    EXPECT_EQ(p->lowrank->b_kmajor, c.bk);
+    EXPECT_EQ(p->b.size(), c.has_w ? 1u : 0u);
+    const LowRankShape& v = *p->lowrank_shape;
+    EXPECT_EQ(v.mt, e.mt);
+    EXPECT_EQ(v.rt, e.rt);
+    EXPECT_EQ(v.nc, e.nc);
+    EXPECT_EQ(v.splits, e.splits);
+    const int64_t blocks = (c.n + v.nc - 1) / v.nc;
+    EXPECT_EQ(v.grid, (blocks + v.splits - 1) / v.splits * v.splits);
+
+    KernelGraphBuilder kb("lr", "", Arch::Sm90a);
+    std::vector<int> ins;
+    for (const TensorDesc& d : bg->inputs) ins.push_back(kb.input(d.name, d.shape, d.dtype));
+    kb.output(kb.graph_defined(bg, ins, "k")[0]);
+    KernelGraph g = std::move(kb).finish();
+    const Schedule s = plan_schedule(g, t);
+    ASSERT_TRUE(s.kernels[0].as<ContractionKernel>());
+    EXPECT_EQ(s.kernels[0].grid, v.grid);
+    EXPECT_EQ(s.kernels[0].splits, v.splits);
+    const std::string cu = emit_cuda(g);
+    const char* ty = c.dt == DType::BF16 ? "__nv_bfloat16" : "__half";
+    EXPECT_NE(cu.find(fmt::format(
+                  "kiln::rt::lowrank_launch<{0}, {0}, {1}, {2}, {3}, {4}, {5}, {6}, "
+                  "{7}, Epi_k0_k>(t0, {8}, t1, {9}, t2, {10}, {11}, ",
+                  ty, v.mt, v.rt, v.nc, c.ak, c.bk, c.has_w, c.has_w && c.wk, c.k, c.ak ? c.k : c.r,
+                  c.bk ? c.r : c.n,
+                  c.has_w ? fmt::format("t3, {}", c.wk ? c.k : c.n) : fmt::format("t0, {}", c.k))),
+              std::string::npos);
+    EXPECT_EQ(testing::check_in_simulator(g, lowrank_spec(c), 11, "lowrank_contraction",
+                                          Arch::Sm90a, Precision::F32, /*lowerings=*/true),
+              "");
+  }
+}
+
+// What the low-rank chain kernel does not take falls back to the other paths or the block
+// kernel: more than 32 rows, a rank over 64 or not a multiple of 8, f32 operands, a full-rank
+// weight too large to stage per CTA or given K-major, sm_80.
+TEST(Contraction, LowRankChainsOutsideTheKernelAreDeclined) {
+  const Target& t = target_for(Arch::Sm90a);
+  const LowRankCase ok{16, 1024, 512, 16, false, false, false, false, 64, 64};
+  ASSERT_TRUE(match_contraction(lowrank_block(ok), t));
+  EXPECT_FALSE(match_contraction(lowrank_block(ok), target_for(Arch::Sm80)));
+  LowRankCase rows = ok;
+  rows.m = 48;
+  EXPECT_FALSE(match_contraction(lowrank_block(rows), t));
+  LowRankCase rank = ok;
+  rank.r = 80;
+  EXPECT_FALSE(match_contraction(lowrank_block(rank), t));
+  rank.r = 12;
+  EXPECT_FALSE(match_contraction(lowrank_block(rank), t));
+  LowRankCase f32 = ok;
+  f32.dt = DType::F32;
+  EXPECT_FALSE(match_contraction(lowrank_block(f32), t));
+  LowRankCase kmajor_w = ok;  // beside W^T [N, K] the block kernel was measured faster
+  kmajor_w.has_w = kmajor_w.wk = true;
+  EXPECT_FALSE(match_contraction(lowrank_block(kmajor_w), t));
+  LowRankCase big_w = ok;  // W [8192, 1024]: 512 KB per 32-column block
+  big_w.has_w = true;
+  big_w.k = 8192;
+  big_w.kt = 512;
+  EXPECT_FALSE(match_contraction(lowrank_block(big_w), t));
+  // The host mirror of the runtime's shared-memory layout, at the suite's lowrank (K 4096 in 8
+  // CTAs of 512): X 16 x 520, L0 512 x 24, L1 16 x 40 halves, then 14 areas of 16 x 20 f32
+  // (4 warps' partials, their sum, 8 ranks', the cluster's sum).
+  EXPECT_EQ(lowrank_smem_bytes(1, 1, 32, false, false, false, false, 4096, 8),
+            (16 * 520 + 512 * 24 + 16 * 40) * 2 + 14 * 16 * 20 * 4);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1721,6 +1721,116 @@ static void timing(const cudaDeviceProp& prop) {
   time_gemm(prop);
 }
 
+// ---- lowrank.cuh -------------------------------------------------------------------------------
+
+// An epilogue that needs both values and the right coordinates: v0 + 0.5 v1 + 0.001 (n % 97) -
+// 0.01 m.
+struct LowrankEpiCoords {
+  __device__ float operator()(float v0, float v1, int m, int n) const {
+    return v0 + 0.5f * v1 + 0.001f * float(n % 97) - 0.01f * float(m);
+  }
+};
+
+// lowrank_launch in every layout (AK: A given as A^T [R][K]; BK: B as B^T [N][R]; WK: W as
+// W^T [N][K]), padded leading dimensions, against a float64 reference of
+// (X W)[m, n] (HAS_W) + 0.5 ((X A) B)[m, n] + coordinates.
+template <typename T, typename TO, int MT, int RT, int NC, bool AK, bool BK, bool HAS_W, bool WK>
+void test_lowrank(int M, int N, int K, int R, int splits, int repeats = 2) {
+  const int ldx = K + 8, lda = AK ? K + 8 : R + 8, ldb = BK ? R + 8 : N + 8,
+            ldw = WK ? K + 8 : N + 8, ldo = N + 8;
+  DBuf<T> dX(size_t(M) * ldx), dA(size_t(AK ? R : K) * lda), dB(size_t(BK ? N : R) * ldb),
+      dW(HAS_W ? size_t(WK ? N : K) * ldw : 8);
+  DBuf<TO> dout(size_t(M) * ldo);
+  double worst = 0;
+  int bad_pad = 0;
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto X = random_vec<T>(dX.n), A = random_vec<T>(dA.n), B = random_vec<T>(dB.n),
+         W = random_vec<T>(dW.n);
+    dX.upload(X), dA.upload(A), dB.upload(B), dW.upload(W);
+    dout.poison();
+    CK((lowrank_launch<T, TO, MT, RT, NC, AK, BK, HAS_W, WK>(dX.p, ldx, dA.p, lda, dB.p, ldb, dW.p,
+                                                             ldw, dout.p, ldo, M, N, K, R, splits,
+                                                             0, LowrankEpiCoords{})));
+    CK_LAUNCH();
+    auto out = dout.download();
+    std::vector<double> ref(out.size(), 0.0), t(static_cast<size_t>(R), 0.0);
+    for (int m = 0; m < M; ++m) {
+      for (int r = 0; r < R; ++r) {
+        double s = 0;
+        for (int k = 0; k < K; ++k)
+          s += double(h2f(X[size_t(m) * ldx + k])) *
+               h2f(AK ? A[size_t(r) * lda + k] : A[size_t(k) * lda + r]);
+        t[r] = s;
+      }
+      for (int n = 0; n < N; ++n) {
+        double v0 = 0, v1 = 0;
+        if (HAS_W)
+          for (int k = 0; k < K; ++k)
+            v0 += double(h2f(X[size_t(m) * ldx + k])) *
+                  h2f(WK ? W[size_t(n) * ldw + k] : W[size_t(k) * ldw + n]);
+        for (int r = 0; r < R; ++r)
+          v1 += t[r] * h2f(BK ? B[size_t(n) * ldb + r] : B[size_t(r) * ldb + n]);
+        ref[size_t(m) * ldo + n] = v0 + 0.5 * v1 + double(0.001f * float(n % 97)) - 0.01 * m;
+      }
+      for (int n = N; n < ldo; ++n) {
+        if (!std::isnan(h2f(out[size_t(m) * ldo + n]))) ++bad_pad;
+        out[size_t(m) * ldo + n] = f2h<TO>(0.0f);
+      }
+    }
+    worst = std::max(worst, rel_l2(out, ref));
+    if (std::isnan(rel_l2(out, ref))) worst = NAN;
+  }
+  char name[200];
+  snprintf(name, sizeof name, "lowrank.%s_m%d_n%d_k%d_r%d_mt%d_rt%d_nc%d_splits%d_%s%s%s%s%s",
+           tname<T>(), M, N, K, R, MT, RT, NC, splits, tname<TO>(), AK ? "_ak" : "",
+           BK ? "_bk" : "", HAS_W ? "_w" : "", WK ? "_wk" : "");
+  const double thr = sizeof(TO) == 4 ? 1e-5 : std::is_same_v<TO, __half> ? 2e-3 : 1e-2;
+  report(name, within(worst, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", worst, bad_pad);
+}
+
+// The low-rank chain: every cluster size, empty k-ranges (K = 264 at 8 splits), CTAs past N
+// (N = 8 at 4 splits), ragged last column blocks, M 1..32, R 8..64, every layout, with and without
+// the full-rank term W, bf16 and f32 output; bad launches refused.
+static void test_lowrank_all(const cudaDeviceProp& prop) {
+  if (!device_has_wgmma(prop)) {
+    printf("SKIP lowrank (clusters need an sm_90 device and a build for sm_90a)\n");
+    return;
+  }
+  using H = __half;
+  using BF = __nv_bfloat16;
+  for (int s = 1; s <= 8; ++s)
+    test_lowrank<H, H, 1, 1, 32, false, false, false, false>(16, 1024, 1024, 16, s);
+  test_lowrank<H, H, 1, 1, 32, false, false, false, false>(16, 4096, 4096, 16, 8);  // lowrank
+  test_lowrank<H, H, 1, 1, 32, false, false, true, false>(16, 4096, 256, 16, 1);    // lora
+  test_lowrank<BF, BF, 1, 1, 64, true, true, true, true>(16, 1032, 256, 16, 2);
+  test_lowrank<H, H, 1, 4, 64, false, true, false, false>(1, 520, 4104, 64, 8);
+  test_lowrank<H, H, 2, 4, 32, false, false, false, false>(32, 2056, 1024, 64, 4);
+  test_lowrank<BF, float, 2, 2, 128, true, false, false, false>(27, 1000, 2000, 24, 5);
+  test_lowrank<H, H, 2, 1, 32, false, false, true, true>(32, 200, 264, 8, 8);  // empty k-ranges
+  test_lowrank<BF, BF, 1, 2, 32, true, true, false, false>(5, 8, 520, 32, 4);  // CTAs past N
+  test_lowrank<H, float, 2, 3, 128, false, false, true, false>(17, 264, 128, 40, 1);
+  test_lowrank<BF, BF, 1, 1, 32, false, false, true, false>(9, 264, 40, 16, 1);  // an empty W chunk
+  test_lowrank<H, H, 1, 1, 32, true, true, true, true>(16, 4096, 256, 16, 1);    // lora, nn.Linear
+  test_lowrank<BF, BF, 1, 1, 128, false, true, false, false>(3, 4104, 1032, 8, 8);
+  {
+    DBuf<H> x(64 * 1032), a(1032 * 64), b(64 * 1032), o(64 * 1032);
+    const cudaError_t e9 = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
+        x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 1024, 16, 9, 0,
+        LowrankEpiCoords{});
+    const cudaError_t em = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
+        x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 17, 1024, 1024, 16, 1, 0,
+        LowrankEpiCoords{});
+    const cudaError_t er = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
+        x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 1024, 12, 1, 0,
+        LowrankEpiCoords{});
+    CK(cudaGetLastError());
+    report(
+        "lowrank.refuses_bad_launches",
+        e9 == cudaErrorInvalidValue && em == cudaErrorInvalidValue && er == cudaErrorInvalidValue,
+        "splits 9: %d, M 17 > 16 MT: %d, R 12 not a multiple of 8: %d", int(e9), int(em), int(er));
+  }
+}
+
 int main() {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   signal(SIGALRM, on_alarm);
@@ -1753,6 +1863,7 @@ int main() {
   stage("gemv_tma");
   test_gemv_tma_all(prop);
   test_gemv_kmajor_all(prop);
+  test_lowrank_all(prop);
   if (!getenv("KILN_SKIP_TIMING")) {
     stage("timing", 120);
     timing(prop);

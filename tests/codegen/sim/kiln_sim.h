@@ -837,6 +837,50 @@ inline cudaError_t gemv_kmajor_launch(const T* X, int64_t ldx, const T* W, const
   return cudaSuccess;
 }
 
+// The low-rank chain (runtime/lowrank.cuh): T = X A kept in f32, v1 = T B, v0 = X W (kHasW) or 0;
+// lowrank_supported's preconditions are checked as the GPU launcher checks them.
+template <typename T, typename TO, int MT, int RT, int NC, bool kAK, bool kBK, bool kHasW, bool kWK,
+          class Epi>
+inline cudaError_t lowrank_launch(const T* X, int64_t ldx, const T* A, int64_t lda, const T* B,
+                                  int64_t ldb, const T* W, int64_t ldw, TO* out, int64_t ldo, int M,
+                                  int N, int K, int R, int splits, cudaStream_t, Epi epi) {
+  static_assert(MT >= 1 && MT <= 2 && RT >= 1 && RT <= 4, "M <= 32, R <= 64");
+  static_assert(NC == 32 || NC == 64 || NC == 128, "32, 64 or 128 columns per CTA");
+  if (M < 1 || M > 16 * MT || R < 1 || R > 16 * RT) kiln_sim::fail("lowrank: M or R out of range");
+  if (N < 1 || K < 8 || K % 8 || R % 8 || N % 8)
+    kiln_sim::fail("lowrank: K, R, N not multiples of 8");
+  if (splits < 1 || splits > 8) kiln_sim::fail("lowrank: splits outside 1..8");
+  if (ldx % 8 || lda % 8 || ldb % 8 || (kHasW && ldw % 8))
+    kiln_sim::fail("lowrank: leading dimensions not multiples of 8");
+  for (const void* p : {static_cast<const void*>(X), static_cast<const void*>(A),
+                        static_cast<const void*>(B), static_cast<const void*>(kHasW ? W : X)})
+    if (reinterpret_cast<uintptr_t>(p) & 15) kiln_sim::fail("lowrank: pointer not 16-byte aligned");
+  if (ldx < K || lda < (kAK ? K : R) || ldb < (kBK ? R : N) || (kHasW && ldw < (kWK ? K : N)))
+    kiln_sim::fail("lowrank: leading dimension below the row length");
+  std::vector<float> t(static_cast<size_t>(M) * R, 0.0f);
+  for (int m = 0; m < M; ++m)
+    for (int r = 0; r < R; ++r) {
+      float s = 0.0f;
+      for (int k = 0; k < K; ++k)
+        s += to_f32(X[m * ldx + k]) *
+             to_f32(kAK ? A[int64_t(r) * lda + k] : A[int64_t(k) * lda + r]);
+      t[size_t(m) * R + r] = s;
+    }
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      float v0 = 0.0f, v1 = 0.0f;
+      if (kHasW)
+        for (int k = 0; k < K; ++k)
+          v0 += to_f32(X[m * ldx + k]) *
+                to_f32(kWK ? W[int64_t(n) * ldw + k] : W[int64_t(k) * ldw + n]);
+      for (int r = 0; r < R; ++r)
+        v1 +=
+            t[size_t(m) * R + r] * to_f32(kBK ? B[int64_t(n) * ldb + r] : B[int64_t(r) * ldb + n]);
+      out[m * ldo + n] = from_f32<TO>(epi(v0, v1, m, n));
+    }
+  return cudaSuccess;
+}
+
 // KB: B0 is given as B^T [N][K] (ldb its row stride); CLUSTER and PP (ping-pong) change only how
 // the GPU kernel is scheduled.
 template <typename T, int NB, int STAGES, int CLUSTER = (NB == 2 ? 2 : 1), bool KB = false,

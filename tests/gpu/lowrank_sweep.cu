@@ -1,0 +1,95 @@
+// Low-rank chain sweep on the GPU (a measurement tool, not a test): times the runtime's low-rank
+// chain kernel (runtime/lowrank.cuh) over its column-block widths NC and cluster splits on the
+// suite's lowrank and lora shapes (both weight layouts) and a rank-64, 32-row chain. The
+// planner's rule (codegen/lowerings/contraction.cpp, lowrank_shape) comes from these numbers.
+// Correctness of every configuration timed here is tests/gpu/runtime_test.cu's (lowrank.*).
+//
+// Build and run (CUDA toolkit only, sm_90a):
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/lowrank_sweep.cu -o s &&
+//   ./s
+//
+// Timing: medians of 5 CUDA-graph replays of 20 calls rotating over 4 input copies (as
+// shared/bench/torch_baselines.py does: these inputs stay in L2), tests/gpu/gpu_timing.h.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "../../runtime/kiln_runtime.cuh"
+#include "gpu_timing.h"
+
+using namespace kiln::rt;
+
+struct EpiAdd {
+  __device__ float operator()(float v0, float v1, int, int) const { return v0 + v1; }
+};
+
+struct Bufs {
+  std::vector<__half*> x, a, b, w, o;
+};
+
+static Bufs alloc(int copies, int M, int N, int K, int R) {
+  Bufs s;
+  auto mk = [](size_t n) {
+    __half* p;
+    CK(cudaMalloc(&p, n * 2));
+    CK(cudaMemset(p, 0x3c, n * 2));  // 1.0-ish halves: timing only
+    return p;
+  };
+  for (int c = 0; c < copies; ++c) {
+    s.x.push_back(mk(size_t(M) * K));
+    s.a.push_back(mk(size_t(K) * R));
+    s.b.push_back(mk(size_t(R) * N));
+    s.w.push_back(mk(size_t(K) * N));
+    s.o.push_back(mk(size_t(M) * N));
+  }
+  return s;
+}
+
+template <int MT, int RT, int NC, bool AK, bool BK, bool HW, bool WK>
+static void run(const char* name, const Bufs& s, int M, int N, int K, int R, int splits) {
+  auto call = [&](int i, cudaStream_t st) {
+    const int c = i % int(s.x.size());
+    CK((lowrank_launch<__half, __half, MT, RT, NC, AK, BK, HW, WK>(
+        s.x[c], K, s.a[c], AK ? K : R, s.b[c], BK ? R : N, s.w[c], WK ? K : N, s.o[c], N, M, N, K,
+        R, splits, st, EpiAdd{})));
+  };
+  printf("%-10s M%-3d N%-5d K%-5d R%-3d NC%-4d splits %d: %7.2f us\n", name, M, N, K, R, NC, splits,
+         time_us(call, 20));
+}
+
+int main() {
+  {
+    const int M = 16, N = 4096, K = 4096, R = 16;
+    Bufs s = alloc(4, M, N, K, R);
+    for (int sp : {4, 8}) {
+      run<1, 1, 32, false, false, false, false>("lowrank", s, M, N, K, R, sp);
+      run<1, 1, 64, false, false, false, false>("lowrank", s, M, N, K, R, sp);
+      run<1, 1, 128, false, false, false, false>("lowrank", s, M, N, K, R, sp);
+    }
+  }
+  {
+    const int M = 16, N = 4096, K = 256, R = 16;
+    Bufs s = alloc(4, M, N, K, R);
+    for (int sp : {1, 2}) {
+      run<1, 1, 32, false, false, true, false>("lora", s, M, N, K, R, sp);
+      run<1, 1, 64, false, false, true, false>("lora", s, M, N, K, R, sp);
+      run<1, 1, 128, false, false, true, false>("lora", s, M, N, K, R, sp);
+      run<1, 1, 32, true, true, true, true>("lora_nk", s, M, N, K, R, sp);
+      run<1, 1, 64, true, true, true, true>("lora_nk", s, M, N, K, R, sp);
+      run<1, 1, 128, true, true, true, true>("lora_nk", s, M, N, K, R, sp);
+    }
+  }
+  {
+    const int M = 32, N = 2056, K = 1024, R = 64;
+    Bufs s = alloc(4, M, N, K, R);
+    for (int sp : {2, 4, 8}) {
+      run<2, 4, 32, false, false, false, false>("m32r64", s, M, N, K, R, sp);
+      run<2, 4, 64, false, false, false, false>("m32r64", s, M, N, K, R, sp);
+    }
+  }
+  return 0;
+}
