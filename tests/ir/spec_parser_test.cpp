@@ -119,8 +119,8 @@ TEST(SpecParser, TwinsOfTheMatmulCases) {
       EXPECT_EQ(nk.tensor(nk.outputs[i]).shape, kn.tensor(kn.outputs[i]).shape);
     ++twins;
   }
-  // 3 rmsnorm_linear + 4 gated_mlp + lora + 13 skinny_gemm.
-  EXPECT_EQ(twins, 21);
+  // 3 rmsnorm_linear + 4 gated_mlp + lora + lowrank + 13 skinny_gemm.
+  EXPECT_EQ(twins, 22);
 }
 
 TEST(SpecParser, ExamplesHaveTheBenchmarkShapes) {
