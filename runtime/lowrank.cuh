@@ -377,7 +377,8 @@ inline bool lowrank_supported(int M, int N, int K, int R, int MT, int RT, int sp
 
 // ceil(N / NC) CTAs (rounded up to a multiple of splits) of 128 threads, in clusters of `splits`
 // along x where splits > 1 (sm_90). W and ldw are ignored unless kHasW. Returns
-// cudaErrorInvalidValue where the preconditions fail.
+// cudaErrorInvalidValue where the preconditions fail or the shared memory exceeds the device's
+// opt-in limit.
 template <typename T, typename TO, int MT, int RT, int NC, bool kAK, bool kBK, bool kHasW, bool kWK,
           class Epi>
 inline cudaError_t lowrank_launch(const T* X, int64_t ldx, const T* A, int64_t lda, const T* B,
@@ -394,8 +395,22 @@ inline cudaError_t lowrank_launch(const T* X, int64_t ldx, const T* A, int64_t l
   }
   const int smem = lowrank_smem_bytes(MT, RT, NC, kAK, kBK, kHasW, kWK, K, splits);
   constexpr auto kernel = lowrank_kernel<T, TO, MT, RT, NC, kAK, kBK, kHasW, kWK, Epi>;
+  // The limit is raised once per kernel, to the device's opt-in maximum rather than this call's
+  // size: a later call of the same instantiation with a larger K needs more.
+  static int optin = -1;  // one GPU per process assumed (as raise_smem_limit_once)
+  if (optin < 0) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) {
+      optin = -1;
+      return e;
+    }
+  }
+  if (smem > optin) return cudaErrorInvalidValue;
   if (smem > 48 * 1024) {
-    const cudaError_t e = raise_smem_limit_once<kernel>(smem);
+    const cudaError_t e = raise_smem_limit_once<kernel>(optin);
     if (e != cudaSuccess) return e;
   }
   const int blocks = ceil_div(ceil_div(N, NC), splits) * splits;

@@ -382,11 +382,13 @@ std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64
   if (t.arch != Arch::Sm90a) return std::nullopt;
   if (m < 1 || m > 32 || r < 8 || r > 64 || r % 8 || k < 8 || k % 8 || n < 8 || n % 8)
     return std::nullopt;
-  // Beside a K-major full-rank weight (nn.Linear's W [N, K]) the block kernel that recomputes
-  // X A per CTA in a pipelined k-loop was faster: LoRA in nn.Linear layouts ran 3.69 us as a block
-  // kernel against 4.05 here (H200, session 20; with W [K, N] this kernel won, 4.22 against
-  // 4.55). The runtime kernel takes that layout; the planner does not pick it there.
-  if (has_w && w_kmajor) return std::nullopt;
+  // Beside a full-rank weight the kernel removes no work (T is small enough that every CTA
+  // computes it, as the block kernel does), and it was not reliably faster than the block kernel
+  // with its pipelined k-loop: LoRA with W [K, N] ran 4.22 us against 4.55 on one H200 and 5.07
+  // against 4.57 on another (same binaries, session 20); with W^T [N, K] 4.05 against 3.69. The
+  // runtime kernel takes W (tested); the planner keeps the block kernel there.
+  (void)w_kmajor;
+  if (has_w) return std::nullopt;
   LowRankShape s;
   s.mt = static_cast<int>(cgen::cdiv(m, 16));
   s.rt = static_cast<int>(cgen::cdiv(r, 16));

@@ -507,8 +507,8 @@ KernelGraph lowrank_spec(const LowRankCase& c) {
   return std::move(sb).finish();
 }
 
-// Few rows times a low-rank chain (with or without a full-rank weight beside it, every operand
-// layout, f16 and bf16, K not a multiple of 16) run as the low-rank chain kernel with its
+// Few rows times a low-rank chain (every operand layout, f16 and bf16, K not a multiple of 16)
+// run as the low-rank chain kernel with its
 // configuration: the cluster split from K (48 KB of X and L0 per CTA), the column block from N,
 // and the emitted launch's operands and layouts; the simulated result matches the spec's.
 TEST(Contraction, LowRankChainsRunAsOneClusteredLaunch) {
@@ -520,15 +520,14 @@ TEST(Contraction, LowRankChainsRunAsOneClusteredLaunch) {
   const Expect cases[] = {
       // The suite's lowrank at a quarter of N and half of K: K 2048 in 4 CTAs of 512.
       {{16, 1024, 2048, 16, false, false, false, false, 64, 64}, 1, 1, 32, 4},
-      // LoRA with nn.Linear-layout adapters and W [K, N], bf16, 5 rows, rank 24, N 8 past a
-      // multiple of 256.
-      {{5, 520, 256, 24, true, true, true, false, 8, 64, DType::BF16}, 1, 2, 32, 1},
+      // nn.Linear-layout factors, bf16, 5 rows, rank 24, N 8 past a multiple of 256.
+      {{5, 520, 256, 24, false, true, true, false, 8, 64, DType::BF16}, 1, 2, 32, 1},
       // 32 rows, rank 64, K 1000 (not a multiple of 16), B^T only: 4 CTAs of 256 x 96 halves.
       {{32, 264, 1000, 64, false, false, true, false, 8, 200}, 2, 4, 32, 4},
       // The suite's lowrank: 8 CTAs of 512 k, 64-column blocks (64 CTAs).
       {{16, 4096, 4096, 16, false, false, false, false, 64, 256}, 1, 1, 64, 8},
-      // 17 rows, W [K, N], L0^T, 4352 columns: 64-column blocks fill the SMs.
-      {{17, 4352, 128, 8, true, true, false, false, 64, 32}, 2, 1, 64, 1},
+      // 17 rows, L0^T, rank 8, 4352 columns: 64-column blocks fill the SMs.
+      {{17, 4352, 128, 8, false, true, false, false, 64, 32}, 2, 1, 64, 1},
   };
   for (const Expect& e : cases) {
     const LowRankCase& c = e.c;
@@ -577,7 +576,7 @@ TEST(Contraction, LowRankChainsRunAsOneClusteredLaunch) {
 
 // What the low-rank chain kernel does not take falls back to the other paths or the block
 // kernel: more than 32 rows, a rank over 64 or not a multiple of 8, f32 operands, a full-rank
-// weight too large to stage per CTA or given K-major, sm_80.
+// weight beside the chain, sm_80.
 TEST(Contraction, LowRankChainsOutsideTheKernelAreDeclined) {
   const Target& t = target_for(Arch::Sm90a);
   const LowRankCase ok{16, 1024, 512, 16, false, false, false, false, 64, 64};
@@ -594,14 +593,13 @@ TEST(Contraction, LowRankChainsOutsideTheKernelAreDeclined) {
   LowRankCase f32 = ok;
   f32.dt = DType::F32;
   EXPECT_FALSE(match_contraction(lowrank_block(f32), t));
-  LowRankCase kmajor_w = ok;  // beside W^T [N, K] the block kernel was measured faster
-  kmajor_w.has_w = kmajor_w.wk = true;
-  EXPECT_FALSE(match_contraction(lowrank_block(kmajor_w), t));
-  LowRankCase big_w = ok;  // W [8192, 1024]: 512 KB per 32-column block
-  big_w.has_w = true;
-  big_w.k = 8192;
-  big_w.kt = 512;
-  EXPECT_FALSE(match_contraction(lowrank_block(big_w), t));
+  // Beside a full-rank weight, in either layout (LoRA), the block kernel was measured as fast.
+  for (bool wk : {false, true}) {
+    LowRankCase with_w = ok;
+    with_w.has_w = true;
+    with_w.wk = wk;
+    EXPECT_FALSE(match_contraction(lowrank_block(with_w), t));
+  }
   // The host mirror of the runtime's shared-memory layout, at the suite's lowrank (K 4096 in 8
   // CTAs of 512): X 16 x 520, L0 512 x 24, L1 16 x 40 halves, then 14 areas of 16 x 20 f32
   // (4 warps' partials, their sum, 8 ranks', the cluster's sum).

@@ -144,18 +144,13 @@ TEST(Emit, DecodeGemvLaunchesTheTmaGemvOnSm90a) {
 // never shared-memory float atomics (compare-and-swap loops on sm_90).
 TEST(Emit, ShortLoopsFillTheRingAtOnceAndKSplitsAddWithoutAtomics) {
   const std::string dir = std::string(KILN_SOURCE_DIR) + "/examples/";
-  // As the generic block kernel: with lowerings this graph runs as the runtime's low-rank chain.
   const KernelGraph lora = load_graph_file(dir + "lora.mugraph.json");
-  PlanOptions no_lowerings;
-  no_lowerings.lowerings = false;
-  const kiln::Schedule s = plan_schedule(lora, target_for(Arch::Sm90a), no_lowerings);
+  const kiln::Schedule s = plan_schedule(lora, target_for(Arch::Sm90a));
   ASSERT_EQ(s.kernels.size(), 1u);
   const BlockSchedule& b = *s.kernels[0].block;
   const BlockGraph& bg = b.retiled ? *b.retiled : *lora.ops[0].block;
   const int64_t stages = bg.num_iterations() / b.coarsen;
-  EmitOptions generic;
-  generic.lowerings = false;
-  const std::string cu = emit_cuda(lora, generic);
+  const std::string cu = emit_cuda(lora);
   const size_t body = cu.find("// ==== generated kernels");
   ASSERT_NE(body, std::string::npos);
   const std::string gen = cu.substr(body);
@@ -172,6 +167,8 @@ TEST(Emit, ShortLoopsFillTheRingAtOnceAndKSplitsAddWithoutAtomics) {
 
   // skinny_gemm's split-K kernel (32 stages in a ring of 5) refills its ring, as the generic
   // block kernel (without the GEMV lowering that runs it otherwise).
+  EmitOptions generic;
+  generic.lowerings = false;
   const std::string big = emit_cuda(load_graph_file(dir + "skinny_gemm.mugraph.json"), generic);
   EXPECT_NE(big.find("const int nx = ic +"), std::string::npos);
 }

@@ -1823,7 +1823,13 @@ static void test_lowrank_all(const cudaDeviceProp& prop) {
     const cudaError_t er = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
         x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 1024, 12, 1, 0,
         LowrankEpiCoords{});
+    // K 65536 without a split: 2 MB of X and A per CTA, over any device's shared memory.
+    const cudaError_t ek = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
+        x.p, 65536, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 65536, 16, 1, 0,
+        LowrankEpiCoords{});
     CK(cudaGetLastError());
+    report("lowrank.refuses_oversized_shared_memory", ek == cudaErrorInvalidValue, "K 65536: %d",
+           int(ek));
     report(
         "lowrank.refuses_bad_launches",
         e9 == cudaErrorInvalidValue && em == cudaErrorInvalidValue && er == cudaErrorInvalidValue,

@@ -87,9 +87,6 @@ TEST(Profile, MeasuresTheBestAtOtherThreadCounts) {
   Fixture f("threads", 2,
             {{"1", "us=6.7"}, {"2", "us=7"}, {"3", "us=4.8"}, {"4", "us=7.2"}, {"5", "us=9"}});
   f.opt.thread_variants = {64, 256, 128};  // 128 is the candidate's own: no variant
-  // sm_80, where lora runs as a generic block kernel (sm_90a: the low-rank chain kernel).
-  f.opt.run.arch = Arch::Sm80;
-  for (Candidate& c : f.cands) c.graph.arch = Arch::Sm80;
   ProfileResult r = profile_candidates(f.spec, f.cands, f.opt);
   ASSERT_EQ(r.ranked.size(), 5u);  // 2 candidates, 2 variants of the first, the spec
   ASSERT_NE(r.winner(), nullptr);
@@ -111,19 +108,15 @@ TEST(Profile, MeasuresTheBestAtOtherThreadCounts) {
 }
 
 TEST(Profile, ThreadVariantsOnlyWhereAGenericBlockKernelChanges) {
-  // lora on sm_80 is a generic block kernel.
   KernelGraph lora = load_graph_file(example("lora.mugraph.json"));
-  lora.arch = Arch::Sm80;
   Candidate c;
   c.graph = lora;
   c.verdict = "equivalent";
-  EXPECT_TRUE(thread_variant(c, 64, Arch::Sm80).has_value());
-  EXPECT_FALSE(thread_variant(c, 128, Arch::Sm80).has_value());   // its own count
-  EXPECT_FALSE(thread_variant(c, 2048, Arch::Sm80).has_value());  // over the block limit
-  // Graphs whose kernels all run as runtime kernels on sm_90a (the TMA GEMV, a row chain, the
-  // low-rank chain): nothing to vary.
-  for (const char* name :
-       {"gated_mlp.mugraph.json", "double_norm.mugraph.json", "lora.mugraph.json"}) {
+  EXPECT_TRUE(thread_variant(c, 64, Arch::Sm90a).has_value());
+  EXPECT_FALSE(thread_variant(c, 128, Arch::Sm90a).has_value());   // its own count
+  EXPECT_FALSE(thread_variant(c, 2048, Arch::Sm90a).has_value());  // over the block limit
+  // Graphs whose kernels all run as runtime kernels (the TMA GEMV, a row chain): nothing to vary.
+  for (const char* name : {"gated_mlp.mugraph.json", "double_norm.mugraph.json"}) {
     Candidate g;
     g.graph = load_graph_file(example(name));
     EXPECT_FALSE(thread_variant(g, 64, Arch::Sm90a).has_value()) << name;

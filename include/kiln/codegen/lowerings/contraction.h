@@ -86,8 +86,8 @@ struct ContractionPlan {
 // The low-rank chain kernel's configuration for M rows, rank R, K and N (a full-rank weight
 // beside it when has_w, read K-major when w_kmajor; A, B read K-major as the flags say), or
 // nullopt where it cannot run (M > 32, R > 64, K, R or N not multiples of 8, shared memory over the
-// target's limit, not sm_90a) or where the block kernel was measured faster (a K-major
-// full-rank weight). The split is the fewest CTAs per cluster (1, 2, 4, 8) whose k-range
+// target's limit, not sm_90a) or where the block kernel was measured as fast (beside a
+// full-rank weight: has_w). The split is the fewest CTAs per cluster (1, 2, 4, 8) whose k-range
 // of X and A fits 48 KB (1 with a full-rank weight: X is staged whole for it anyway); nc the
 // widest column block (32, 64, 128) that leaves at least 64 CTAs, and
 // wide enough that the CTAs do not outnumber the SMs (measured: contraction.cpp).
