@@ -194,9 +194,8 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
   for (int b : p.b) c.l2_bytes += bytes(b) * double((p.m + 127) / 128 - 1);
   if (const std::optional<LowRankShape>& v = p.lowrank_shape) {
     // The low-rank chain kernel (runtime/lowrank.cuh): every tensor read once from DRAM; through
-    // L2, X and L0 once per cluster (per CTA with a full-rank weight, which stages all of X),
-    // every CTA's columns of L1 and W once. A cluster's exchange of T's partials is one more
-    // dependent round trip, after its loads.
+    // L2, X and L0 once per cluster, every CTA's columns of L1 once. A cluster's exchange of T's
+    // partials is one more dependent round trip, after its loads.
     const LowRankTerm& lr = *p.lowrank;
     c.blocks = v->grid;
     c.waves = (v->grid + t.sm_count - 1) / t.sm_count;
@@ -206,8 +205,7 @@ KernelCost contraction_cost(const std::string& name, const ContractionPlan& p,
     const double per_cluster = bytes(p.a) + bytes(lr.a);
     c.l2_bytes = per_cluster * double(v->grid / v->splits - 1);
     const double mp = 16.0 * v->mt, rp = 16.0 * v->rt;
-    c.tc_flops = 2.0 * double(v->grid / v->splits) * mp * rp * double(pad(p.k, 16)) +
-                 2.0 * nb * mp * double(pad(p.n, 8)) * double(pad(p.k, 16));
+    c.tc_flops = 2.0 * double(v->grid / v->splits) * mp * rp * double(pad(p.k, 16));
     c.cuda_flops = 2.0 * mp * rp * double(p.n);
     double dram_u, comp_u;
     grid_utilization(double(v->grid), t, k.gemv_efficiency, k.dram_saturation, dram_u, comp_u);

@@ -2,7 +2,6 @@
 // include/kiln/codegen/lowerings/contraction.h), then the plan, its cost and its emission.
 #include "kiln/codegen/lowerings/contraction.h"
 
-#include <algorithm>
 #include <map>
 
 #include "../cost_util.h"
@@ -55,11 +54,12 @@ class Matcher {
     std::string r;
     if (!expr(sv.inputs[0], r)) return false;
     plan.result = r;
-    if (plan.lowrank) return lowrank(plan);
-    if (plan.b.empty() || plan.b.size() > 2) return false;
+    if (plan.a < 0) return false;
     const TensorDesc& a = bg_.inputs[plan.a];
     plan.k = a.shape[1];
     plan.ab = a.dtype;
+    if (plan.lowrank) return lowrank(plan);
+    if (plan.b.empty() || plan.b.size() > 2) return false;
     const Shape bshape = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != bshape) return false;
@@ -80,26 +80,20 @@ class Matcher {
   }
 
  private:
-  // A contraction with a low-rank term: at most one full-rank weight (v0), 16-bit operands of
-  // one type, a shape the chain kernel runs.
+  // A contraction whose only product is a low-rank term: 16-bit operands of one type, a shape
+  // the chain kernel runs. Beside a full-rank weight (LoRA's X W + (X A) B) the block kernel
+  // stays: every CTA computes the small T there either way, and the chain kernel was not
+  // reliably faster than the block kernel's pipelined k-loop (LoRA with W [K, N]: 4.22 us against
+  // 4.55 on one H200, 5.07 against 4.57 on another, same binaries; with W^T [N, K] 4.05 against
+  // 3.69; session 20). The runtime kernel takes W (kHasW, tested) for when that changes.
   bool lowrank(ContractionPlan& plan) const {
     const LowRankTerm& lr = *plan.lowrank;
-    if (plan.b.size() > 1 || plan.row_sumsq || plan.a < 0) return false;
-    const TensorDesc& a = bg_.inputs[plan.a];
-    plan.k = a.shape[1];
-    plan.ab = a.dtype;
-    if (!is_16bit(a.dtype)) return false;
+    if (!plan.b.empty() || plan.row_sumsq || !is_16bit(plan.ab)) return false;
     const Shape l0 = lr.a_kmajor ? Shape{lr.r, plan.k} : Shape{plan.k, lr.r};
     if (bg_.inputs[lr.a].shape != l0) return false;
     for (int io : {lr.a, lr.b})
-      if (bg_.inputs[io].dtype != a.dtype) return false;
-    if (!plan.b.empty()) {
-      const TensorDesc& w = bg_.inputs[plan.b[0]];
-      const Shape ws = plan.b_kmajor ? Shape{plan.n, plan.k} : Shape{plan.k, plan.n};
-      if (w.dtype != a.dtype || w.shape != ws) return false;
-    }
-    plan.lowrank_shape = lowrank_shape(plan.m, plan.n, plan.k, lr.r, lr.a_kmajor, lr.b_kmajor,
-                                       !plan.b.empty(), plan.b_kmajor, t_);
+      if (bg_.inputs[io].dtype != plan.ab) return false;
+    plan.lowrank_shape = lowrank_shape(plan.m, plan.n, plan.k, lr.r, lr.a_kmajor, lr.b_kmajor, t_);
     return plan.lowrank_shape.has_value();
   }
 
@@ -192,16 +186,11 @@ class Matcher {
     const BlockOp& op = bg_.ops[mm];
     if (op.inputs.size() != 2) return false;
     const BlockOp& a = bg_.ops[op.inputs[0]];
-    const BlockOp* bp = &bg_.ops[op.inputs[1]];
     // B may be the transpose of an [N, K] tile (W^T of an nn.Linear weight W).
     bool kmajor = false;
-    if (bp->kind == OpKind::Transpose && bp->inputs.size() == 1 && bp->shape.size() == 2 &&
-        transpose_perm(bp->attrs, 2) == std::vector<int>{1, 0}) {
-      kmajor = true;
-      bp = &bg_.ops[bp->inputs[0]];
-    }
+    const BlockOp* bp = input_or_transposed(op.inputs[1], kmajor);
+    if (bp == nullptr) return false;
     const BlockOp& b = *bp;
-    if (b.kind != OpKind::Input || bg_.inputs[b.io].shape.size() != 2) return false;
     // B [K, N]: columns by gj, K by the loop; B^T [N, K]: rows by gj, K by the loop.
     if (kmajor ? !grid_maps(b, -1, 0) || !loop_maps(b, 1)
                : !grid_maps(b, -1, 1) || !loop_maps(b, 0))
@@ -360,53 +349,41 @@ class Matcher {
 
 }  // namespace
 
-int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor, bool has_w,
-                           bool w_kmajor, int64_t k, int splits) {
-  // Mirrors runtime/lowrank.cuh (LowrankSmem, lowrank_k_chunk): 16-bit tiles with pitches padded
-  // by 8 elements, then the warps' f32 partials of T, their sum, the cluster's partials (one slot
-  // per rank) and their sum, each MP rows of pitch RP + 4 floats.
-  const int64_t mp = 16 * mt, rp = 16 * rt, kp = cgen::cdiv(k, 16) * 16;
+int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor, int64_t k,
+                           int splits) {
+  // Mirrors runtime/lowrank.cuh (LowrankSmem, lowrank_k_chunk) without W: the k-range of X and of
+  // A and the CTA's columns of B, 16-bit with pitches padded by 8 elements, then the warps' f32
+  // partials of T, their sum, the cluster's partials (one slot per rank) and their sum, each MP
+  // rows of pitch RP + 4 floats.
+  const int64_t mp = 16 * mt, rp = 16 * rt;
   const int64_t kc = cgen::cdiv(cgen::cdiv(k, splits), 16) * 16;
-  const int64_t xc = has_w ? std::max(kp, kc * splits) : kc;
-  const int64_t xp = xc + 8, ap = a_kmajor ? kc + 8 : rp + 8, bp = b_kmajor ? rp + 8 : nc + 8;
-  const int64_t wp = has_w ? (w_kmajor ? kp + 8 : nc + 8) : 0;
-  const int64_t a = mp * xp, b = a + (a_kmajor ? rp : kc) * ap, w = b + (b_kmajor ? nc : rp) * bp;
-  const int64_t end16 = w + (has_w ? (w_kmajor ? nc : kp) : 0) * wp;
-  const int64_t part = (end16 * 2 + 15) / 16 * 16;
-  return part + (4 + 1 + splits + 1) * mp * (rp + 4) * 4;
+  const int64_t ap = a_kmajor ? kc + 8 : rp + 8, bp = b_kmajor ? rp + 8 : nc + 8;
+  const int64_t elems = mp * (kc + 8) + (a_kmajor ? rp : kc) * ap + (b_kmajor ? nc : rp) * bp;
+  return (elems * 2 + 15) / 16 * 16 + (4 + 1 + splits + 1) * mp * (rp + 4) * 4;
 }
 
 std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64_t r, bool a_kmajor,
-                                          bool b_kmajor, bool has_w, bool w_kmajor,
-                                          const Target& t) {
+                                          bool b_kmajor, const Target& t) {
   if (t.arch != Arch::Sm90a) return std::nullopt;
   if (m < 1 || m > 32 || r < 8 || r > 64 || r % 8 || k < 8 || k % 8 || n < 8 || n % 8)
     return std::nullopt;
-  // Beside a full-rank weight the kernel removes no work (T is small enough that every CTA
-  // computes it, as the block kernel does), and it was not reliably faster than the block kernel
-  // with its pipelined k-loop: LoRA with W [K, N] ran 4.22 us against 4.55 on one H200 and 5.07
-  // against 4.57 on another (same binaries, session 20); with W^T [N, K] 4.05 against 3.69. The
-  // runtime kernel takes W (tested); the planner keeps the block kernel there.
-  (void)w_kmajor;
-  if (has_w) return std::nullopt;
   LowRankShape s;
   s.mt = static_cast<int>(cgen::cdiv(m, 16));
   s.rt = static_cast<int>(cgen::cdiv(r, 16));
   // Measured on an H200 (tests/gpu/lowrank_sweep.cu, session 20): M16 K4096 R16 N4096 ran 4.70 us
   // at 8 splits of 32 KB (5.50 at 4 of 64 KB); M32 K1024 R64 N2056 8.45 at 4 splits of 48 KB
   // (9.31 at 8, 9.38 at 2).
-  if (!has_w)
-    while (s.splits < 8 &&
-           cgen::cdiv(cgen::cdiv(k, s.splits), 16) * 16 * 16 * (s.mt + s.rt) * 2 > 48 * 1024)
-      s.splits *= 2;
-  // Wider column blocks while they still leave at least 64 CTAs (N-major B and W rows of 128
-  // bytes instead of 64; fewer clusters re-reading X and L0): lowrank 4.70 us at 64 columns, 5.58
-  // at 32, 5.19 at 128; LoRA with W [K, N] 4.42 at 64, 5.14 at 32.
+  while (s.splits < 8 &&
+         cgen::cdiv(cgen::cdiv(k, s.splits), 16) * 16 * 16 * (s.mt + s.rt) * 2 > 48 * 1024)
+    s.splits *= 2;
+  // Wider column blocks while they still leave at least 64 CTAs (N-major B rows of 128 bytes
+  // instead of 64; fewer clusters re-reading X and L0): lowrank 4.70 us at 64 columns, 5.58 at 32,
+  // 5.19 at 128.
   const auto ctas = [&](int nc) { return cgen::cdiv(cgen::cdiv(n, nc), s.splits) * s.splits; };
   while (s.nc < 128 && ctas(2 * s.nc) >= 64) s.nc *= 2;
   while (s.nc < 128 && cgen::cdiv(n, s.nc) > t.sm_count) s.nc *= 2;
   s.grid = ctas(s.nc);
-  s.smem = lowrank_smem_bytes(s.mt, s.rt, s.nc, a_kmajor, b_kmajor, has_w, w_kmajor, k, s.splits);
+  s.smem = lowrank_smem_bytes(s.mt, s.rt, s.nc, a_kmajor, b_kmajor, k, s.splits);
   if (s.smem > t.smem_per_block) return std::nullopt;
   return s;
 }
@@ -463,9 +440,8 @@ std::optional<ContractionKernel> ContractionKernel::match(const PlanContext& ctx
 std::string ContractionKernel::describe() const {
   const char* plural = c.b.size() > 1 ? "s" : "";
   if (const std::optional<LowRankShape>& v = c.lowrank_shape)
-    return fmt::format("low-rank chain contraction (rank {}{}, {} columns per CTA, cluster {})",
-                       c.lowrank->r, c.b.empty() ? "" : " beside a full-rank weight", v->nc,
-                       v->splits);
+    return fmt::format("low-rank chain contraction (rank {}, {} columns per CTA, cluster {})",
+                       c.lowrank->r, v->nc, v->splits);
   if (const std::optional<GemvTmaShape>& v = c.gemv)
     return fmt::format("gemv tma contraction ({} weight{}{}, {}x{} s{}, {} split{})", c.b.size(),
                        plural, c.b_kmajor ? " K-major" : "", v->bn, v->bk, v->stages, v->splits,
@@ -503,9 +479,8 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   const std::string epi = "Epi_" + kp.kernel;
   Code& K = x.kernels;
   if (c.lowrank)
-    K.f("// {}: {} = epilogue(v0 = {}, v1 = (A[{}, {}] L0[{}, {}]) L1[{}, {}]) ({})", kp.kernel,
-        bg.outputs[0].name, c.b.empty() ? std::string("0") : fmt::format("A B[{}, {}]", c.k, c.n),
-        c.m, c.k, c.k, c.lowrank->r, c.lowrank->r, c.n, kp.strategy());
+    K.f("// {}: {} = epilogue(v0 = 0, v1 = (A[{}, {}] L0[{}, {}]) L1[{}, {}]) ({})", kp.kernel,
+        bg.outputs[0].name, c.m, c.k, c.k, c.lowrank->r, c.lowrank->r, c.n, kp.strategy());
   else
     K.f("// {}: {} = epilogue(A[{}, {}] x B[{}, {}]{}) ({})", kp.kernel, bg.outputs[0].name, c.m,
         c.k, c.k, c.n, c.b_kmajor ? ", B given as B^T, read K-major" : "", kp.strategy());
@@ -548,18 +523,16 @@ void ContractionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& 
   Code& L = x.launch;
   L.open("{");
   if (const std::optional<LowRankShape>& v = c.lowrank_shape) {
-    // Every operand read in place, in its own layout (the flags), leading dimensions its rows.
+    // Every operand read in place, in its own layout (the flags); no full-rank weight (kHasW
+    // false: X stands in for the unused W pointer).
     const LowRankTerm& lr = *c.lowrank;
-    const bool has_w = !c.b.empty();
-    const std::string w = has_w ? x.ptr(op.inputs[c.b[0]]) : x.ptr(op.inputs[c.a]);
-    L.f("err = kiln::rt::lowrank_launch<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>({}, {}, {}, {}, "
-        "{}, "
-        "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
-        ctype(c.ab), ctype(c.out), v->mt, v->rt, v->nc, lr.a_kmajor, lr.b_kmajor, has_w,
-        has_w && c.b_kmajor, epi, x.ptr(op.inputs[c.a]), c.k, x.ptr(op.inputs[lr.a]),
-        lr.a_kmajor ? c.k : lr.r, x.ptr(op.inputs[lr.b]), lr.b_kmajor ? lr.r : c.n, w,
-        has_w ? ldb : c.k, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, lr.r, v->splits, epi,
-        fmt::join(epi_args, ", "));
+    const std::string xp = x.ptr(op.inputs[c.a]);
+    L.f("err = kiln::rt::lowrank_launch<{}, {}, {}, {}, {}, {}, {}, false, false, {}>({}, {}, {}, "
+        "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, stream, {}{{{}}});",
+        ctype(c.ab), ctype(c.out), v->mt, v->rt, v->nc, lr.a_kmajor, lr.b_kmajor, epi, xp, c.k,
+        x.ptr(op.inputs[lr.a]), lr.a_kmajor ? c.k : lr.r, x.ptr(op.inputs[lr.b]),
+        lr.b_kmajor ? lr.r : c.n, xp, c.k, x.ptr(op.outputs[0]), c.n, c.m, c.n, c.k, lr.r,
+        v->splits, epi, fmt::join(epi_args, ", "));
     L.line("if (err != cudaSuccess) return err;");
     L.close();
     return;

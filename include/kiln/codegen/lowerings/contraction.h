@@ -32,7 +32,7 @@ namespace kiln {
 // [R, N] input (or, b_kmajor, the transpose of an [N, R] one), for few rows and a small rank: the
 // runtime's low-rank chain kernel (runtime/lowrank.cuh) computes T = A B_lr0 once per cluster
 // (k split over its CTAs, the partials exchanged through distributed shared memory) and every
-// CTA its columns of T B_lr1, beside at most one full-rank weight B_0 (LoRA's X W + (X A) B).
+// CTA its columns of T B_lr1. Planned only as the contraction's sole product (no B_j beside it).
 struct LowRankTerm {
   int a = -1, b = -1;  // block-graph input indices
   int64_t r = 0;       // the rank
@@ -77,26 +77,23 @@ struct ContractionPlan {
   // f32 operands (one weight, M > 32): the three-pass tf32 GEMM (runtime/tf32.cuh) with the
   // epilogue functor, split K this many ways (0: not this path).
   int f32x3_splits = 0;
-  // Set where the epilogue reads a low-rank term as v1 (then b holds at most one weight, v0, or
-  // none: v0 = 0): the low-rank chain kernel with `lowrank_shape`.
+  // Set where the epilogue reads a low-rank term as v1 (then b is empty and v0 = 0): the
+  // low-rank chain kernel with `lowrank_shape`.
   std::optional<LowRankTerm> lowrank;
   std::optional<LowRankShape> lowrank_shape;
 };
 
-// The low-rank chain kernel's configuration for M rows, rank R, K and N (a full-rank weight
-// beside it when has_w, read K-major when w_kmajor; A, B read K-major as the flags say), or
-// nullopt where it cannot run (M > 32, R > 64, K, R or N not multiples of 8, shared memory over the
-// target's limit, not sm_90a) or where the block kernel was measured as fast (beside a
-// full-rank weight: has_w). The split is the fewest CTAs per cluster (1, 2, 4, 8) whose k-range
-// of X and A fits 48 KB (1 with a full-rank weight: X is staged whole for it anyway); nc the
-// widest column block (32, 64, 128) that leaves at least 64 CTAs, and
-// wide enough that the CTAs do not outnumber the SMs (measured: contraction.cpp).
+// The low-rank chain kernel's configuration for M rows, rank R, K and N (A, B read K-major as the
+// flags say), or nullopt where it cannot run (M > 32, R > 64, K, R or N not multiples of 8,
+// shared memory over the target's limit, not sm_90a). The split is the fewest CTAs per cluster
+// (1, 2, 4, 8) whose k-range of X and A fits 48 KB; nc the widest column block (32, 64, 128) that
+// leaves at least 64 CTAs, and wide enough that the CTAs do not outnumber the SMs (measured:
+// contraction.cpp).
 std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64_t r, bool a_kmajor,
-                                          bool b_kmajor, bool has_w, bool w_kmajor,
-                                          const Target& t);
-// The shared-memory bytes runtime/lowrank.cuh's LowrankSmem computes (mirrored here).
-int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor, bool has_w,
-                           bool w_kmajor, int64_t k, int splits);
+                                          bool b_kmajor, const Target& t);
+// The shared-memory bytes runtime/lowrank.cuh's LowrankSmem computes without W (mirrored here).
+int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor, int64_t k,
+                           int splits);
 
 // The plan when bg is such a contraction and the target can run it (sm_90a; A and B f16 or bf16
 // of one type; K a multiple of 8; either M, N at least 128 and N a multiple of 8, so the 128 x 128
