@@ -233,6 +233,24 @@ KILN_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
 }
+// mbar_wait with acquire at cluster scope: for phases completed by other CTAs' writes into this
+// CTA's shared memory (dsmem_store_async), which release at cluster scope.
+KILN_DEV void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+#if KILN_RT_SM90
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+        "%2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+#else
+  (void)bar, (void)parity;
+  __trap();
+#endif
+}
 
 // Arrives on the mbarrier at bar's offset in CTA `rank` of this cluster (this CTA included). The
 // release is at CTA scope (the default): enough to hand a stage back whose readers were wgmma or
@@ -320,6 +338,22 @@ KILN_DEV void dsmem_store(uint32_t caddr, float v) {
 #if KILN_RT_SM90
   asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(caddr), "f"(v) : "memory");
 #else
+  __trap();
+#endif
+}
+// Stores v at shared::cluster address caddr (another CTA's shared memory, or this one's) and
+// completes 16 transaction bytes on the mbarrier at shared::cluster address cbar, which must be in
+// the same CTA as caddr (st.async): the receiver waits on its own mbarrier (mbar_wait_cluster)
+// for the bytes it expects, instead of the whole cluster meeting at a barrier.
+KILN_DEV void dsmem_store_async(uint32_t caddr, float4 v, uint32_t cbar) {
+#if KILN_RT_SM90
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];\n" ::"r"(caddr),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cbar)
+      : "memory");
+#else
+  (void)caddr, (void)v, (void)cbar;
   __trap();
 #endif
 }

@@ -6,7 +6,7 @@
 //
 // Build and run (CUDA toolkit only, sm_90a):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/lowrank_sweep.cu -o s &&
-//   ./s
+//   ./s            (or ./s --floor: the launch floor of the grids, empty kernels)
 //
 // Timing: medians of 5 CUDA-graph replays of 20 calls rotating over 4 input copies (as
 // shared/bench/torch_baselines.py does: these inputs stay in L2), tests/gpu/gpu_timing.h.
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "../../runtime/kiln_runtime.cuh"
@@ -61,11 +62,33 @@ static void run(const char* name, const Bufs& s, int M, int N, int K, int R, int
          time_us(call, 20));
 }
 
-int main() {
+// The launch floor of the kernel's grid: an empty kernel (pdl_entry only) on `blocks` CTAs of 128
+// threads with `smem` bytes of dynamic shared memory, in clusters of `splits`.
+__global__ void __launch_bounds__(128) lowrank_empty() {
+  pdl_entry();
+}
+
+static void floor_run(int blocks, int splits, int smem) {
+  if (smem > 48 * 1024)
+    CK(cudaFuncSetAttribute(lowrank_empty, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto call = [&](int, cudaStream_t st) {
+    CK(launch(lowrank_empty, dim3(blocks), dim3(128), size_t(smem), st, splits));
+  };
+  printf("empty      %4d CTAs, cluster %d, smem %6d: %7.2f us\n", blocks, splits, smem,
+         time_us(call, 20));
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--floor") {
+    for (int sp : {1, 8})
+      for (int smem : {0, 64 * 1024}) floor_run(64, sp, smem);
+    floor_run(128, 8, 64 * 1024);
+    return 0;
+  }
   {
     const int M = 16, N = 4096, K = 4096, R = 16;
     Bufs s = alloc(4, M, N, K, R);
-    for (int sp : {4, 8}) {
+    for (int sp : {4, 8, 16}) {
       run<1, 1, 32, false, false, false, false>("lowrank", s, M, N, K, R, sp);
       run<1, 1, 64, false, false, false, false>("lowrank", s, M, N, K, R, sp);
       run<1, 1, 128, false, false, false, false>("lowrank", s, M, N, K, R, sp);
@@ -86,7 +109,7 @@ int main() {
   {
     const int M = 32, N = 2056, K = 1024, R = 64;
     Bufs s = alloc(4, M, N, K, R);
-    for (int sp : {2, 4, 8}) {
+    for (int sp : {2, 4, 8, 16}) {
       run<2, 4, 32, false, false, false, false>("m32r64", s, M, N, K, R, sp);
       run<2, 4, 64, false, false, false, false>("m32r64", s, M, N, K, R, sp);
     }

@@ -1800,6 +1800,11 @@ static void test_lowrank_all(const cudaDeviceProp& prop) {
   using BF = __nv_bfloat16;
   for (int s = 1; s <= 8; ++s)
     test_lowrank<H, H, 1, 1, 32, false, false, false, false>(16, 1024, 1024, 16, s);
+  // Non-portable cluster sizes (up to 16), an empty k-range at 12 (K 1032 = 11 chunks of 96).
+  for (int s : {12, 16})
+    test_lowrank<H, H, 1, 1, 32, false, false, false, false>(16, 1024, 1032, 16, s);
+  test_lowrank<H, H, 1, 1, 64, false, false, false, false>(16, 4096, 4096, 16, 16);
+  test_lowrank<BF, BF, 2, 4, 32, true, true, false, false>(32, 2056, 1024, 64, 16);
   test_lowrank<H, H, 1, 1, 32, false, false, false, false>(16, 4096, 4096, 16, 8);  // lowrank
   test_lowrank<H, H, 1, 1, 32, false, false, true, false>(16, 4096, 256, 16, 1);    // lora
   test_lowrank<BF, BF, 1, 1, 64, true, true, true, true>(16, 1032, 256, 16, 2);
@@ -1815,7 +1820,7 @@ static void test_lowrank_all(const cudaDeviceProp& prop) {
   {
     DBuf<H> x(64 * 1032), a(1032 * 64), b(64 * 1032), o(64 * 1032);
     const cudaError_t e9 = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
-        x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 1024, 16, 9, 0,
+        x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 16, 1024, 1024, 16, 17, 0,
         LowrankEpiCoords{});
     const cudaError_t em = lowrank_launch<H, H, 1, 1, 32, false, false, false, false>(
         x.p, 1032, a.p, 16, b.p, 1024, a.p, 16, o.p, 1024, 17, 1024, 1024, 16, 1, 0,
@@ -1833,7 +1838,7 @@ static void test_lowrank_all(const cudaDeviceProp& prop) {
     report(
         "lowrank.refuses_bad_launches",
         e9 == cudaErrorInvalidValue && em == cudaErrorInvalidValue && er == cudaErrorInvalidValue,
-        "splits 9: %d, M 17 > 16 MT: %d, R 12 not a multiple of 8: %d", int(e9), int(em), int(er));
+        "splits 17: %d, M 17 > 16 MT: %d, R 12 not a multiple of 8: %d", int(e9), int(em), int(er));
   }
 }
 
