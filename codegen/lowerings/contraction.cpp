@@ -354,12 +354,12 @@ int64_t lowrank_smem_bytes(int mt, int rt, int nc, bool a_kmajor, bool b_kmajor,
   // Mirrors runtime/lowrank.cuh (LowrankSmem, lowrank_k_chunk) without W: the k-range of X and of
   // A and the CTA's columns of B, 16-bit with pitches padded by 8 elements, then the warps' f32
   // partials of T, their sum, the cluster's partials (one slot per rank) and their sum, each MP
-  // rows of pitch RP + 4 floats.
+  // rows of pitch RP + 4 floats, and 16 bytes for the exchange's mbarrier.
   const int64_t mp = 16 * mt, rp = 16 * rt;
   const int64_t kc = cgen::cdiv(cgen::cdiv(k, splits), 16) * 16;
   const int64_t ap = a_kmajor ? kc + 8 : rp + 8, bp = b_kmajor ? rp + 8 : nc + 8;
   const int64_t elems = mp * (kc + 8) + (a_kmajor ? rp : kc) * ap + (b_kmajor ? nc : rp) * bp;
-  return (elems * 2 + 15) / 16 * 16 + (4 + 1 + splits + 1) * mp * (rp + 4) * 4;
+  return (elems * 2 + 15) / 16 * 16 + (4 + 1 + splits + 1) * mp * (rp + 4) * 4 + 16;
 }
 
 std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64_t r, bool a_kmajor,
@@ -372,7 +372,8 @@ std::optional<LowRankShape> lowrank_shape(int64_t m, int64_t n, int64_t k, int64
   s.rt = static_cast<int>(cgen::cdiv(r, 16));
   // Measured on an H200 (tests/gpu/lowrank_sweep.cu, session 20): M16 K4096 R16 N4096 ran 4.70 us
   // at 8 splits of 32 KB (5.50 at 4 of 64 KB); M32 K1024 R64 N2056 8.45 at 4 splits of 48 KB
-  // (9.31 at 8, 9.38 at 2).
+  // (9.31 at 8, 9.38 at 2). Session 21's kernel, another H200: 3.86 at 8 (4.56 at 4, 4.24 at
+  // 16); 6.70 at 4 (7.65 at 8, 7.33 at 2, 9.89 at 16).
   while (s.splits < 8 &&
          cgen::cdiv(cgen::cdiv(k, s.splits), 16) * 16 * 16 * (s.mt + s.rt) * 2 > 48 * 1024)
     s.splits *= 2;

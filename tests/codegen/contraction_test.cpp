@@ -602,9 +602,9 @@ TEST(Contraction, LowRankChainsOutsideTheKernelAreDeclined) {
   }
   // The host mirror of the runtime's shared-memory layout, at the suite's lowrank (K 4096 in 8
   // CTAs of 512): X 16 x 520, L0 512 x 24, L1 16 x 40 halves, then 14 areas of 16 x 20 f32
-  // (4 warps' partials, their sum, 8 ranks', the cluster's sum).
+  // (4 warps' partials, their sum, 8 ranks', the cluster's sum) and the exchange's mbarrier.
   EXPECT_EQ(lowrank_smem_bytes(1, 1, 32, false, false, 4096, 8),
-            (16 * 520 + 512 * 24 + 16 * 40) * 2 + 14 * 16 * 20 * 4);
+            (16 * 520 + 512 * 24 + 16 * 40) * 2 + 14 * 16 * 20 * 4 + 16);
 }
 
 }  // namespace
