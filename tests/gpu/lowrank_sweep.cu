@@ -6,7 +6,8 @@
 //
 // Build and run (CUDA toolkit only, sm_90a):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/lowrank_sweep.cu -o s &&
-//   ./s            (or ./s --floor: the launch floor of the grids, empty kernels)
+//   ./s            (or ./s --floor: the launch floor of the grids, empty kernels; ./s --load:
+//                  the first phase's loads alone, cp.async against bulk copies)
 //
 // Timing: medians of 5 CUDA-graph replays of 20 calls rotating over 4 input copies (as
 // shared/bench/torch_baselines.py does: these inputs stay in L2), tests/gpu/gpu_timing.h.
@@ -78,7 +79,100 @@ static void floor_run(int blocks, int splits, int smem) {
          time_us(call, 20));
 }
 
+// The first phase alone (a measurement of what bounds it): 64 CTAs each load the lowrank case's
+// k-range of X (16 rows of 1 KB) and A (16 KB contiguous), as 8 clusters' ranks would, and record
+// the cycles from entry to all of it landed. mode 0: cp.async as lowrank_stage, THREADS threads;
+// 1: bulk copies (one per X row, one for A) on an mbarrier; 2: bulk copies of 1 KB for A too;
+// 3: mode 0 with each cluster starting at another chunk (the 8 clusters read the same lines at
+// once otherwise); 4: mode 0 with cluster c reading input copy c % 4 (2 readers per line).
+__device__ long long g_load_cycles[64];
+struct ProbeIn {
+  const __half* x[4];
+  const __half* a[4];
+};
+template <int MODE, int THREADS>
+__global__ void __launch_bounds__(THREADS) lowrank_load_probe(ProbeIn in) {
+  extern __shared__ __align__(16) unsigned char sm[];
+  __shared__ uint64_t bar;
+  const long long t0 = clock64();
+  const int rank = blockIdx.x % 8, tid = threadIdx.x, cl = blockIdx.x / 8;
+  const int cp = MODE == 4 ? cl % 4 : 0;
+  const __half* xs = in.x[cp] + rank * 512;
+  const __half* as = in.a[cp] + rank * 512 * 16;
+  if constexpr (MODE == 0 || MODE == 3 || MODE == 4) {
+    const int rot = MODE == 3 ? cl * 128 : 0;
+    for (int j = tid; j < 16 * 64; j += THREADS) {
+      const int i = (j + rot) & 1023;
+      const int r = i >> 6, c = (i & 63) << 3;
+      cp_async_16(smem_u32(sm + (r * 520 + c) * 2), xs + r * 4096 + c, 16);
+    }
+    for (int j = tid; j < 512 * 2; j += THREADS) {
+      const int i = (j + rot) & 1023;
+      cp_async_16(smem_u32(sm + 16 * 520 * 2 + ((i >> 1) * 24 + ((i & 1) << 3)) * 2), as + i * 8,
+                  16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  } else {
+    if (tid == 0) {
+      mbar_init(&bar, 1);
+      fence_mbar_init();
+    }
+    __syncthreads();
+    if (tid < 32) {
+      if (tid == 0) mbar_arrive_expect_tx(&bar, 32768);
+      __syncwarp();
+      if (tid < 16) bulk_g2s(sm + tid * 1040, xs + tid * 4096, 1024, &bar);
+      if constexpr (MODE == 1) {
+        if (tid == 16) bulk_g2s(sm + 16 * 1040, as, 16384, &bar);
+      } else {
+        if (tid >= 16)
+          bulk_g2s(sm + 16 * 1040 + (tid - 16) * 1024, as + (tid - 16) * 512, 1024, &bar);
+      }
+    }
+    mbar_wait(&bar, 0);
+    __syncthreads();
+  }
+  if (tid == 0) g_load_cycles[blockIdx.x] = clock64() - t0;
+}
+
+template <int MODE, int THREADS>
+static void load_probe_run(const Bufs& s) {
+  constexpr int smem = 64 * 1024;
+  CK(cudaFuncSetAttribute(lowrank_load_probe<MODE, THREADS>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  auto call = [&](int i, cudaStream_t st) {
+    ProbeIn in;
+    for (int c = 0; c < 4; ++c) {
+      const int k = (i + c) % int(s.x.size());
+      in.x[c] = s.x[k];
+      in.a[c] = s.a[k];
+    }
+    lowrank_load_probe<MODE, THREADS><<<64, THREADS, smem, st>>>(in);
+  };
+  const double us = time_us(call, 20);
+  long long cyc[64];
+  CK(cudaMemcpyFromSymbol(cyc, g_load_cycles, sizeof(cyc)));
+  std::sort(cyc, cyc + 64);
+  printf(
+      "load probe mode %d, %3d threads: %6.2f us per call; cycles to landed: median %lld, max "
+      "%lld\n",
+      MODE, THREADS, us, cyc[32], cyc[63]);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--load") {
+    Bufs s = alloc(4, 16, 4096, 4096, 16);
+    load_probe_run<0, 128>(s);
+    load_probe_run<0, 256>(s);
+    load_probe_run<1, 128>(s);
+    load_probe_run<2, 128>(s);
+    load_probe_run<3, 128>(s);
+    load_probe_run<4, 128>(s);
+    load_probe_run<0, 128>(s);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--floor") {
     for (int sp : {1, 8})
       for (int smem : {0, 64 * 1024}) floor_run(64, sp, smem);
