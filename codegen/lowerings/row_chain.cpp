@@ -487,6 +487,28 @@ class RowChainWriter {
   int slot_ = 0;        // the next reduction's slot in the row
 };
 
+// A row chain that may let the next kernel launch at once: at most one CTA of at most 1024
+// threads per SM, no dynamic shared memory, not a cluster launch (add_rmsnorm n 16, 16 clusters
+// of 4, ran 3.19 us cold with the early trigger, 2.91 without PDL; H100, session 13).
+bool small_row_chain(const RowChainKernel& p, const Target& t) {
+  return p.cluster == 1 && p.blocks <= t.sm_count;
+}
+
+// Whether every kernel the schedule launches is such a row chain. The kernel after a function's
+// last one is the caller's, unknown here; the rule assumes the next call of the same function
+// (a decode loop), whose first kernel, launched early, would hold SMs while it waits: linear_mean
+// m 16 (a TMA GEMV of 64 CTAs, then a 16-block row sum) ran 12.47-12.50 us with the row sum
+// triggering early and 12.16-12.21 without (H200, session 21, same binaries otherwise); a chain
+// of small row chains (double_norm, add_rmsnorm n 1 / 16) gains from it (runtime/base.cuh).
+bool only_small_row_chains(const Schedule& s, const Target& t) {
+  for (const KernelPlan& kp : s.kernels) {
+    if (kp.as<FusedIntoKernel>() || kp.as<FoldedConstant>()) continue;  // no launch
+    const RowChainKernel* p = kp.as<RowChainKernel>();
+    if (p == nullptr || !small_row_chain(*p, t)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void RowChainKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
@@ -504,10 +526,10 @@ void RowChainKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp)
   c.f("// {}: {}", kp.kernel, kp.strategy());
   c.open(fmt::format("__global__ void __launch_bounds__({}) {}({}) {{", threads, kp.kernel,
                      fmt::join(params, ", ")));
-  // At most one CTA of at most 1024 threads per SM and no dynamic shared memory: the next kernel
-  // may launch at once (runtime/base.cuh). Not a cluster launch: add_rmsnorm n 16 (16 clusters of
-  // 4) ran 3.19 us cold with the early trigger, 2.91 without PDL (H100, session 13).
-  kernel_entry(c, cluster == 1 && blocks <= target_for(x.g.arch).sm_count);
+  // The next kernel may launch at once (runtime/base.cuh) where this one and every other kernel
+  // of the function are small row chains (small_row_chain, only_small_row_chains).
+  const Target& t = target_for(x.g.arch);
+  kernel_entry(c, small_row_chain(*this, t) && only_small_row_chains(x.s, t));
   // Two sets of slots, one per reduction of a row, rows alternating (kiln::cg::row_reduce).
   c.f("__shared__ float kiln_red[{}][{}];  // row reductions: per-warp partials",
       2 * std::max(reductions, 1), cluster * threads / 32);

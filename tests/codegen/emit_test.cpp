@@ -11,6 +11,8 @@
 
 #include "kiln/codegen/emit.h"
 #include "kiln/codegen/lowerings/contraction.h"
+#include "kiln/codegen/lowerings/row_chain.h"
+#include "kiln/codegen/schedule.h"
 #include "kiln/ir/json_io.h"
 #include "random_graphs.h"
 
@@ -136,6 +138,31 @@ TEST(Emit, DecodeGemvLaunchesTheTmaGemvOnSm90a) {
   EXPECT_NE(cu20.find("err = kiln::rt::gemv_tma_launch<__nv_bfloat16, __nv_bfloat16, 4, 1, 128, "
                       "128, 4, 1, kiln::rt::GemvIdentity>("),
             std::string::npos);
+}
+
+// A small row chain lets the next kernel launch at once only where every kernel of the function
+// is one (the next call's first kernel would otherwise be launched early and hold SMs while it
+// waits): the sandwich norm's one row chain triggers; linear_mean's row sum after its GEMV waits.
+TEST(Emit, RowChainsTriggerTheNextLaunchOnlyAmongSmallRowChains) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/examples/";
+  const auto triggers = [](const std::string& cu) {
+    size_t n = 0, at = 0;
+    while ((at = cu.find("pdl_entry(true)", at)) != std::string::npos) ++n, ++at;
+    return n;
+  };
+  EXPECT_EQ(triggers(emit_cuda(load_graph_file(dir + "double_norm.mugraph.json"))), 1u);
+  const KernelGraph lm = load_graph_file(dir + "linear_mean.mugraph.json");
+  const kiln::Schedule s = plan_schedule(lm, target_for(Arch::Sm90a));
+  int small_chains = 0, others = 0;
+  for (const KernelPlan& kp : s.kernels) {
+    if (const RowChainKernel* p = kp.as<RowChainKernel>())
+      small_chains += p->cluster == 1 && p->blocks <= target_for(Arch::Sm90a).sm_count;
+    else if (!kp.as<FusedIntoKernel>())
+      ++others;
+  }
+  ASSERT_EQ(small_chains, 1) << "the example no longer ends in a small row chain; pick another";
+  ASSERT_GE(others, 1);
+  EXPECT_EQ(triggers(emit_cuda(lm)), 0u);
 }
 
 // A block kernel whose loop fits its cp.async ring issues every stage before the loop and only
