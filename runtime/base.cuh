@@ -85,16 +85,21 @@ inline cudaError_t raise_smem_limit_once(int bytes) {
   return e;
 }
 
+// Attribute a of the current device into v.
+inline cudaError_t device_attribute(cudaDeviceAttr a, int& v) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&v, a, dev);
+  return e;
+}
+
 // cudaSuccess when the current device can run sm_90a code (wgmma, TMA, setmaxnreg), else
 // cudaErrorInvalidDeviceFunction: the launchers of those kernels return it instead of launching
 // code that would trap. One query per process (one GPU per process assumed).
 inline cudaError_t require_sm90() {
   static int major = -1;
   if (major < 0) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const cudaError_t e = device_attribute(cudaDevAttrComputeCapabilityMajor, major);
     if (e != cudaSuccess) {
       major = -1;
       return e;

@@ -339,17 +339,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         if (g > 0) {  // chunk g landed (G - 1 - g groups may still be in flight)
-          switch (G - 1 - g) {
-            case 0:
-              cp_async_wait<0>();
-              break;
-            case 1:
-              cp_async_wait<1>();
-              break;
-            default:
-              cp_async_wait<2>();
-              break;
-          }
+          cp_async_wait_n<G - 1>(G - 1 - g);
           __syncthreads();
         }
         const int ks1 = ((g + 1) * cw < kp ? (g + 1) * cw : kp) / 16;
@@ -494,10 +484,7 @@ inline cudaError_t lowrank_launch(const T* X, int64_t ldx, const T* A, int64_t l
   // size: a later call of the same instantiation with a larger K needs more.
   static int optin = -1;  // one GPU per process assumed (as raise_smem_limit_once)
   if (optin < 0) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    const cudaError_t e = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, optin);
     if (e != cudaSuccess) {
       optin = -1;
       return e;

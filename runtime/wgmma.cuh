@@ -1362,10 +1362,7 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
       cfg.gridDim = dim3(G::kCluster);
       e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
     } else {
-      int dev = 0;
-      e = cudaGetDevice(&dev);
-      if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&resident, cudaDevAttrMultiProcessorCount, dev);
+      e = device_attribute(cudaDevAttrMultiProcessorCount, resident);
     }
     if (e != cudaSuccess) return e;
     if (resident < 1) return cudaErrorInvalidConfiguration;
