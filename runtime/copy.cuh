@@ -213,43 +213,37 @@ KILN_DEV void mbar_arrive(uint64_t* bar) {
   __trap();
 #endif
 }
-// True once the phase with the given parity (0 or 1) has completed.
+// True once the phase with the given parity (0 or 1) has completed. kCluster: acquire at cluster
+// scope, for phases completed by other CTAs' writes into this CTA's shared memory
+// (dsmem_store_async, which releases at cluster scope); else the default, CTA scope.
+template <bool kCluster = false>
 KILN_DEV bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
 #if KILN_RT_SM90
   uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
+  if constexpr (kCluster)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+        "%2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  else
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
   return done != 0;
 #else
   __trap();
   return false;
 #endif
 }
+template <bool kCluster = false>
 KILN_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
+  while (!mbar_try_wait<kCluster>(bar, parity)) {
   }
-}
-// mbar_wait with acquire at cluster scope: for phases completed by other CTAs' writes into this
-// CTA's shared memory (dsmem_store_async), which release at cluster scope.
-KILN_DEV void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-#if KILN_RT_SM90
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
-        "%2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-#else
-  (void)bar, (void)parity;
-  __trap();
-#endif
 }
 
 // Arrives on the mbarrier at bar's offset in CTA `rank` of this cluster (this CTA included). The
@@ -343,7 +337,7 @@ KILN_DEV void dsmem_store(uint32_t caddr, float v) {
 }
 // Stores v at shared::cluster address caddr (another CTA's shared memory, or this one's) and
 // completes 16 transaction bytes on the mbarrier at shared::cluster address cbar, which must be in
-// the same CTA as caddr (st.async): the receiver waits on its own mbarrier (mbar_wait_cluster)
+// the same CTA as caddr (st.async): the receiver waits on its own mbarrier (mbar_wait<true>)
 // for the bytes it expects, instead of the whole cluster meeting at a barrier.
 KILN_DEV void dsmem_store_async(uint32_t caddr, float4 v, uint32_t cbar) {
 #if KILN_RT_SM90
