@@ -84,7 +84,7 @@ struct AttnCoords {
 };
 
 template <typename T_, int WG, int D, int DV, int NC, int STAGES, bool K_NMAJOR, bool V_NMAJOR,
-          int MIN_BLOCKS = 1, int KS = 1, int CL = 1, bool MASKED = false>
+          int MIN_BLOCKS = 1, int KS = 1, int CL = 1, bool MASKED = false, bool NORM = false>
 struct AttnCfg {
   using T = T_;
   static constexpr int kWG = WG, kBM = 64 * WG, kD = D, kDV = DV, kNC = NC, kStages = STAGES;
@@ -97,7 +97,9 @@ struct AttnCfg {
   static constexpr bool kMasked = MASKED;
   static constexpr bool kKNMajor = K_NMAJOR, kVNMajor = V_NMAJOR;
   static constexpr int kMinBlocks = MIN_BLOCKS;
-  static constexpr int kThreads = 128 * (kConsumers + 1);  // the producer, then the consumers
+  // Row norms (NORM, below) add a normalizer warpgroup after the consumers.
+  static constexpr int kNormWG = NORM ? 1 : 0;
+  static constexpr int kThreads = 128 * (kConsumers + 1 + kNormWG);  // producer, consumers, [norm]
   static constexpr int kABytes = kBM * D * 2;
   static constexpr int kKBytes = D * NC * 2, kVBytes = NC * DV * 2;
   static constexpr int kStageBytes = kKBytes + kVBytes;
@@ -107,7 +109,12 @@ struct AttnCfg {
   // from each other's idle rings instead (two cluster barriers).
   static constexpr int kBlocksPerCta = (DV / 8 + CL - 1) / CL;
   static constexpr int kRecvUnits = kBlocksPerCta + 1;
-  static constexpr int kRecvOffset = kABytes + KS * STAGES * kStageBytes;
+  // Row norms of the operands (NORM: the functor's kNormA / kNormK, below): the factors of A's
+  // rows and of every stage's keys, as floats after the rings.
+  static constexpr bool kNorm = NORM;
+  static constexpr int kNormOffset = kABytes + KS * STAGES * kStageBytes;
+  static constexpr int kNormBytes = NORM ? (kBM + KS * STAGES * NC) * 4 : 0;
+  static constexpr int kRecvOffset = kNormOffset + kNormBytes;
   static constexpr bool kPush =
       CL > 1 && kRecvOffset + CL* kRecvUnits * 128 * 16 + 1024 <= 227 * 1024;
   static constexpr int kRecvBytes = kPush ? CL * kRecvUnits * 128 * 16 : 0;
@@ -117,8 +124,10 @@ struct AttnCfg {
   static constexpr int kEntryRegs0 = 65536 / (MIN_BLOCKS * kThreads) / 8 * 8;
   static constexpr int kEntryRegs = kEntryRegs0 > 248 ? 248 : kEntryRegs0;
   static constexpr int kProducerRegs = 40;
+  static constexpr int kNormRegs = 72;  // the normalizers: 8 16-byte loads in flight
   static constexpr int kConsumerRegs0 =
-      (kEntryRegs * (kConsumers + 1) - kProducerRegs) / kConsumers / 8 * 8;
+      (kEntryRegs * (kConsumers + 1 + kNormWG) - kProducerRegs - kNormWG * kNormRegs) / kConsumers /
+      8 * 8;
   static constexpr int kConsumerRegs = kConsumerRegs0 > 240 ? 240 : kConsumerRegs0;
   static constexpr bool kRebalance = kConsumerRegs > kEntryRegs;
   static_assert(sizeof(T) == 2, "16-bit operands");
@@ -187,6 +196,76 @@ KILN_DEV void attn_weigh(const float (&m)[P][2], const float (&rf)[P][2][R], flo
   }
 }
 
+// Row norms of the operands (optional members of Fn, with AttnCfg's NORM): kNormA / kNormK say
+// that Q = A's rows / each K chunk's keys (K-major chunks only) are to be normalized, each row x
+// becoming x * norm_a(ss) / x * norm_k(ss), ss its sum of squares in float32. The kernel does not
+// rewrite the tiles: S = (x_q f_q) . (x_k f_k) = f_q f_k (x_q . x_k), so each consumer scales S's
+// rows and columns by the factors (in float32, before the softmax), which a normalizer warpgroup
+// computes from shared memory beside the products. Functors without the members normalize
+// nothing. Measured on an H200 (rms-normed gqa shapes, session 22; 6.6 us without norms, 10.6 as
+// three kernels): this, 8.5 us; the producer warpgroup's idle warps as the normalizers, 8.75;
+// the tiles rewritten in place by them, 13.5; the consumers summing each chunk's rows themselves
+// while their products ran, 8.8 (0.2 us more per chunk); the sums as the diagonal of a Gram
+// matrix, one more wgmma per chunk, 9.2 (the tensor cores are the consumers' bottleneck). What
+// remains is mostly the first chunks' factors: the consumers' first softmax starts 0.9 us later.
+template <class...>
+struct attn_void {
+  using type = void;
+};
+template <class Fn, class = void>
+struct AttnNorms {
+  static constexpr bool kA = false, kK = false;
+};
+template <class Fn>
+struct AttnNorms<Fn, typename attn_void<decltype(Fn::kNormA), decltype(Fn::kNormK)>::type> {
+  static constexpr bool kA = Fn::kNormA, kK = Fn::kNormK;
+};
+
+// Half-row sums of squares: for each of U rows (row[u], row index r[u] of its tile) of PANELS
+// 128-byte-swizzled panels (panel_bytes apart), the squares of its even (h = 0) or odd (h = 1)
+// 16-byte units; the lane pair (h = 0, 1) adds its halves by a shuffle. All U x 4 loads of a panel
+// are issued before their first use (volatile: measured on an H200, ptxas otherwise kept three
+// in flight at a shared-memory latency near 300 cycles beside the consumers' wgmmas). The swizzle
+// permutes units within a row, which a whole-row sum does not see, so thread (r, h) visits units
+// (2c + h + 2r) mod 8: the 8 lanes of a shared-memory wavefront (4 rows x 2 halves) touch distinct
+// banks, where one order for every row put all lanes on the same four. Four partial sums keep the
+// FMA chains short.
+template <class T, int PANELS, int U>
+KILN_DEV void attn_half_rows_sumsq(const char* const (&row)[U], const int (&r)[U], int h,
+                                   int panel_bytes, float (&out)[U]) {
+  float ss[U][4];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ss[u][e] = 0.0f;
+#pragma unroll
+  for (int p = 0; p < PANELS; ++p) {
+    uint32_t w[U][4][4];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w[u][c][0]), "=r"(w[u][c][1]), "=r"(w[u][c][2]), "=r"(w[u][c][3])
+                     : "r"(smem_u32(row[u] + p * panel_bytes + ((2 * c + h + 2 * r[u]) & 7) * 16)));
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = unpack2<T>(w[u][c][e]);
+          ss[u][e] = fmaf(f.x, f.x, ss[u][e]);
+          ss[u][e] = fmaf(f.y, f.y, ss[u][e]);
+        }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    out[u] = (ss[u][0] + ss[u][1]) + (ss[u][2] + ss[u][3]);
+    out[u] += __shfl_xor_sync(0xffffffffu, out[u], 1);
+  }
+}
+
 // 2^x by the hardware (MUFU.EX2; 2^-inf = 0). Its arguments here are <= 0 (s <= the row max).
 KILN_DEV float attn_ex2(float x) {
   float y;
@@ -199,7 +278,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
                 const __grid_constant__ TmaDesc map_v, int nchunks_tile, int last_keys, Fn fn) {
   pdl_entry();  // before any load or store (base.cuh)
-  // Probe events (KILN_PROBE builds only): 0 after pdl_entry, 2 barriers ready,
+  // Probe events (KILN_PROBE builds only): 0 after pdl_entry, 2 barriers ready, (row norms:
+  // normalizer thread 0 has A 1, has A's factors 8, its first / last round's 10 / 15),
   // 3 / 12 consumer 0 / 1 has A, 4 / 13 its first chunk, 5 consumer 0's first softmax, 6 / 7
   // consumer 0 / 1 done with its chunks, 9 partials exchanged (after the barrier), 11 end; 14 the
   // producer's last load issued; 16 + 2 i / 17 + 2 i consumer 0 waits for / has its local chunk
@@ -224,9 +304,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   static_assert(!C::kMasked || Fn::kOnline, "a masked score maps to P = 0 only online");
   extern __shared__ __align__(1024) char attn_smem_raw[];
   constexpr int KS = C::kKS;
+  // Row norms (AttnNorms): the normalizer warpgroup (the last) computes A's row factors once A
+  // has landed and each K chunk's key factors as it lands, into shared memory (C::kNormOffset),
+  // then arrives on a_ready / ready[ring][stage]; a consumer waits on those before its first /
+  // that chunk's softmax, not before its products.
+  constexpr bool kNormA = AttnNorms<Fn>::kA, kNormK = AttnNorms<Fn>::kK;
+  constexpr int kNormThreads = 128;
+  static_assert(!kNormK || !C::kKNMajor, "keys are normalized in K-major chunks only");
+  static_assert(!(kNormA || kNormK) || C::kNorm, "row norms need AttnCfg's NORM (their area)");
   // One ring of S stages per key-split consumer (ring k holds the chunks j = k mod KS), so the
   // consumers never wait for each other's stages.
   __shared__ __align__(8) uint64_t full[KS][S], empty[KS][S], a_full;
+  __shared__ __align__(8) uint64_t ready[kNormK ? KS : 1][kNormK ? S : 1], a_ready;
   // The swizzle pattern is anchored to 1024-byte aligned shared addresses.
   char* smem = attn_smem_raw + ((1024 - (smem_u32(attn_smem_raw) & 1023)) & 1023);
   char* rings = smem + C::kABytes;
@@ -239,7 +328,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int s = 0; s < S; ++s) {
         mbar_init(&full[k][s], 1);
         mbar_init(&empty[k][s], C::kWG);  // one arrival per row group
+        if constexpr (kNormK) mbar_init(&ready[k][s], kNormThreads);
       }
+    if constexpr (kNormA) mbar_init(&a_ready, kNormThreads);
     fence_mbar_init();
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
@@ -300,6 +391,64 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     return;
   }
 
+  if constexpr (C::kNorm) {
+    if (warp >= 4 * (1 + C::kConsumers)) {
+      // Normalizer thread nt, lane pair (nt & ~1, nt | 1) on one row (h = nt & 1: its half):
+      // rows nt / 2, nt / 2 + 64, ... of A, then of every round of chunks, the KS chunks of a
+      // round (one per ring, local chunk jl = jl0 + k of ring k) at once. A stage is refilled only
+      // after its consumer's softmax has read its factors, so the normalizers never fall a phase
+      // behind the copies.
+      if constexpr (C::kRebalance) setmaxnreg_dec<C::kNormRegs>();
+      const int nt = tid - 128 * (1 + C::kConsumers), h = nt & 1;
+      float* const fa = reinterpret_cast<float*>(smem + C::kNormOffset);
+      if constexpr (kNormA) {
+        mbar_wait(&a_full, 0);
+        if (nt == 0) KILN_PROBE_AT(1);
+        for (int q = nt >> 1; q < BM; q += 64) {
+          const char* const row[1] = {smem + q * 128};
+          const int rr[1] = {q};
+          float ss[1];
+          attn_half_rows_sumsq<T, D / 64, 1>(row, rr, h, BM * 128, ss);
+          if (h == 0) fa[q] = fn.norm_a(ss[0]);
+        }
+        mbar_arrive(&a_ready);
+        if (nt == 0) KILN_PROBE_AT(8);
+      }
+      if constexpr (kNormK) {
+        // A round's KS NC rows, two threads a row: U rows per thread (q = nt / 2 + 64 u).
+        constexpr int U = KS * NC / 64;
+        static_assert(U <= 2, "at most 8 loads in flight on kNormRegs (the planner's chunks: 64)");
+        for (int jl0 = 0; jl0 < nchunks; jl0 += KS) {
+          const int i = jl0 / KS, s = i % S;
+#pragma unroll
+          for (int k = 0; k < KS; ++k)
+            if (jl0 + k < nchunks) mbar_wait(&full[k][s], (i / S) & 1);
+          const char* row[U];
+          int rr[U];
+          float ss[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int q = (nt >> 1) + 64 * u, k = q / NC;
+            rr[u] = q % NC;
+            // A round past the last chunk re-reads ring 0's stage instead.
+            row[u] = rings + ((jl0 + k < nchunks ? k : 0) * S + s) * C::kStageBytes + rr[u] * 128;
+          }
+          attn_half_rows_sumsq<T, D / 64, U>(row, rr, h, NC * 128, ss);
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int q = (nt >> 1) + 64 * u, k = q / NC;
+            if (h == 0 && jl0 + k < nchunks) fa[BM + (k * S + s) * NC + rr[u]] = fn.norm_k(ss[u]);
+          }
+#pragma unroll
+          for (int k = 0; k < KS; ++k)
+            if (jl0 + k < nchunks) mbar_arrive(&ready[k][s]);
+          if (nt == 0 && (jl0 == 0 || jl0 + KS >= nchunks)) KILN_PROBE_AT(jl0 == 0 ? 10 : 15);
+        }
+      }
+      return;
+    }
+  }
+
   // Consumer cw: row group rg (rows 64 rg .. 64 rg + 63 of the tile), chunks j = ks + i KS of
   // ring ks (local index i).
   if constexpr (C::kRebalance) setmaxnreg_inc<C::kConsumerRegs>();
@@ -342,8 +491,30 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // for when O(i - 1) has completed).
   float ocorr[2] = {1.0f, 1.0f};
   bool grow_o = false;
+  // Row norms: this thread's rows' factors (read before the first softmax).
+  float qf[2] = {1.0f, 1.0f};
+  const float* const nfac = reinterpret_cast<const float*>(smem + C::kNormOffset);
   auto softmax = [&](float(&cur)[NC / 2], uint32_t(&pa)[NC / 16][4], int i) {
     wgmma_fence_acc(cur);
+    // S of normalized rows: S_mn times Q row m's and key n's factors (the keys of a masked
+    // chunk's tail get finite or NaN factors; the mask below overwrites their scores).
+    if constexpr (kNormK) {
+      mbar_wait(&ready[ks][i % S], (i / S) & 1);
+      const float* const kf = nfac + BM + (ks * S + i % S) * NC;
+#pragma unroll
+      for (int n8 = 0; n8 < NC / 8; ++n8) {
+        const float2 f = *reinterpret_cast<const float2*>(kf + 8 * n8 + 2 * t);
+        cur[4 * n8 + 0] *= qf[0] * f.x;
+        cur[4 * n8 + 1] *= qf[0] * f.y;
+        cur[4 * n8 + 2] *= qf[1] * f.x;
+        cur[4 * n8 + 3] *= qf[1] * f.y;
+      }
+    } else if constexpr (kNormA) {
+#pragma unroll
+      for (int n8 = 0; n8 < NC / 8; ++n8)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) cur[4 * n8 + e] *= qf[e / 2];
+    }
     // Online, lazily: the exps are taken relative to the kept row max mrow, which moves (and O
     // and the row feeds are rescaled to it) only when some row of the warp has a key more than
     // kSlack above it: then P = f(s - m) <= k 2^kSlackL2 still fits a 16-bit operand (f16 up to
@@ -507,6 +678,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (probe) KILN_PROBE_AT(ks == 0 ? 4 : 13);
     issue_s(s0, 0);
     wgmma_wait<0>();
+    if constexpr (kNormA) {
+      mbar_wait(&a_ready, 0);
+      qf[0] = nfac[64 * rg + 16 * w + g];
+      qf[1] = nfac[64 * rg + 16 * w + g + 8];
+    }
     softmax(s0, p0, 0);
     if (probe && ks == 0) KILN_PROBE_AT(5);
     int i = 0;

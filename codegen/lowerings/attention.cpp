@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -94,11 +95,12 @@ class Matcher {
     const BlockOp& m2 = bg_.ops[mm2_];
     int& qi = o.qi;
     qi = m1.inputs[0];
-    if (bg_.ops[qi].kind != OpKind::Input || bg_.ops[qi].stage != Stage::Invariant) return false;
+    if (bg_.ops[qi].kind != OpKind::Input && !row_norm(m1.inputs[0], qi, plan.q_norm)) return false;
+    if (bg_.ops[qi].stage != Stage::Invariant) return false;
     role_[qi] = Role::Operand;
     int& ki = o.ki;
     int& vi = o.vi;
-    if (!operand(m1.inputs[1], ki, plan.k_nmajor)) return false;
+    if (!operand(m1.inputs[1], ki, plan.k_nmajor, &plan.k_norm)) return false;
     if (!operand(m2.inputs[1], vi, plan.v_nmajor)) return false;
     if (ki == qi || vi == qi || ki == vi) return false;
     int64_t mt, d, d2, nt2, dv, r1, c1, r2, c2;
@@ -139,6 +141,11 @@ class Matcher {
       if (bg_.ops[vi].fmap[0] != (plan.v_nmajor ? vr - 2 : vr - 1)) return false;
     }
     if (!view(qi, plan.q) || !view(ki, plan.k) || !view(vi, plan.v)) return false;
+    // A normalized operand's prologue ops are in the operand's stage.
+    for (size_t i = 0; i < bg_.ops.size(); ++i)
+      if (role_[i] == Role::Prologue &&
+          bg_.ops[i].stage != (prologue_of_[static_cast<int>(i)] == qi ? Stage::Invariant : body))
+        return false;
 
     return true;
   }
@@ -226,11 +233,13 @@ class Matcher {
   }
 
  private:
-  enum class Role { None, Operand, Region, Reduction, Product, Accum, Epilogue };
+  enum class Role { None, Operand, Prologue, Region, Reduction, Product, Accum, Epilogue };
 
   // An input tile of the products, directly (N-major) or through a transpose of the last two
-  // dims (K-major).
-  bool operand(int id, int& input, bool& nmajor) {
+  // dims (K-major). With `norm`, the transposed tile may be a row norm of the input (row_norm):
+  // K stored keys x D, each key normalized over D, which the runtime does in shared memory; an
+  // N-major tile's rows are not keys, so it is never normalized there.
+  bool operand(int id, int& input, bool& nmajor, AttentionNorm* norm = nullptr) {
     const BlockOp& op = bg_.ops[id];
     if (op.kind == OpKind::Input) {
       input = id, nmajor = true;
@@ -238,11 +247,171 @@ class Matcher {
                bg_.ops[op.inputs[0]].kind == OpKind::Input) {
       input = op.inputs[0], nmajor = false;
       role_[id] = Role::Operand;
+    } else if (norm && op.kind == OpKind::Transpose && swaps_last_two(op) &&
+               row_norm(op.inputs[0], input, *norm)) {
+      nmajor = false;
+      role_[id] = Role::Operand;
     } else {
       return false;
     }
     role_[input] = Role::Operand;
     return true;
+  }
+
+  // Whether op `id` is a row norm of an input tile X: X * h(ss), ss the sum (or mean) over X's
+  // last dim of X^2 (square(X) or X * X), h any elementwise function of ss and constants
+  // (rms_norm without a weight: X / sqrt(ss / n + eps), maybe times a scale the algebra moved
+  // onto it); X itself is only multiplied, divided or negated (the factor's expression is the
+  // same op applied to the factor, with X's place taken by 1). The plan gets h
+  // (or 1 / h) as float32 C++ over `ss`, the sum of squares. The ops become Prologue (the
+  // runtime's normalizer threads do them in shared memory, rounding X's rows back to X's type,
+  // as a 16-bit tile of the graph is); X's op is `input`.
+  bool row_norm(int id, int& input, AttentionNorm& nm) {
+    const BlockOp& op = bg_.ops[id];
+    const OpClass c = op_info(op.kind).cls;
+    if ((c != OpClass::Binary && c != OpClass::Fused) || nm.on) return false;
+    // X: down the chain of same-shape elementwise ops to an input tile.
+    int x = id;
+    while (bg_.ops[x].kind != OpKind::Input) {
+      const OpClass xc = op_info(bg_.ops[x].kind).cls;
+      if (xc != OpClass::Unary && xc != OpClass::Binary && xc != OpClass::Fused) return false;
+      int next = -1;
+      for (int in : bg_.ops[x].inputs)
+        if (bg_.ops[in].shape == op.shape && op_info(bg_.ops[in].kind).cls != OpClass::Constant) {
+          next = in;
+          break;
+        }
+      if (next < 0) return false;
+      x = next;
+    }
+    int64_t rows, cols;
+    if (!matrix_tile(op.shape, rows, cols)) return false;
+    std::vector<int> marked;
+    nm.statements.clear();
+    // The factor side: values of shape [.., rows, 1] made of ss and constants.
+    std::map<int, std::string> memo;
+    std::function<bool(int, std::string&)> side = [&](int i, std::string& out) {
+      if (auto it = memo.find(i); it != memo.end()) return out = it->second, true;
+      const BlockOp& b = bg_.ops[i];
+      const OpClass bc = op_info(b.kind).cls;
+      int64_t r1, c1;
+      if (bc == OpClass::Constant) {
+        out = cgen::flit(b.attrs.value);
+      } else if ((b.kind == OpKind::Sum || b.kind == OpKind::Mean) && b.attrs.keepdim &&
+                 b.attrs.dim == static_cast<int>(b.shape.size()) - 1 &&
+                 matrix_tile(b.shape, r1, c1) && r1 == rows && c1 == 1) {
+        const BlockOp& sq = bg_.ops[b.inputs[0]];
+        const bool squares = (sq.kind == OpKind::Square && sq.inputs[0] == x) ||
+                             (sq.kind == OpKind::Mul && sq.inputs[0] == x && sq.inputs[1] == x);
+        if (!squares) return false;
+        out = b.kind == OpKind::Mean ? "(ss * " + cgen::flit(1.0 / double(cols)) + ")" : "ss";
+        marked.push_back(b.inputs[0]);
+      } else if ((bc == OpClass::Unary || bc == OpClass::Binary || bc == OpClass::Fused) &&
+                 matrix_tile(b.shape, r1, c1) && r1 == rows && c1 == 1) {
+        std::vector<std::string> xs;
+        for (int in : b.inputs) {
+          std::string e;
+          if (!side(in, e)) return false;
+          xs.push_back(e);
+        }
+        out = fused_value(b, xs, nm.statements);
+      } else {
+        return false;
+      }
+      if (bc != OpClass::Constant) marked.push_back(i);
+      memo[i] = out;
+      return true;
+    };
+    // The ops from X up to `id`, linear in X: every step that reads X (or a value linear in it)
+    // is X * f, f * X, X / f or -X with f free of X, so the value is X * factor.
+    struct Val {
+      std::string e;  // the value, or its factor where linear
+      bool lin = false;
+    };
+    std::map<int, Val> lin_memo;
+    std::function<bool(int, Val&)> value = [&](int i, Val& out) -> bool {
+      if (i == x) return out = {"1.0f", true}, true;
+      if (auto it = lin_memo.find(i); it != lin_memo.end()) return out = it->second, true;
+      const BlockOp& b = bg_.ops[i];
+      if (b.shape != op.shape) {
+        out.lin = false;
+        return side(i, out.e);
+      }
+      const OpClass bc = op_info(b.kind).cls;
+      if (bc != OpClass::Unary && bc != OpClass::Binary && bc != OpClass::Fused) return false;
+      std::vector<Val> vals;
+      for (int in : b.inputs) {
+        Val v;
+        if (!value(in, v)) return false;
+        vals.push_back(v);
+      }
+      std::vector<ThreadOp> steps;
+      if (bc == OpClass::Fused) {
+        steps = b.thread->ops;
+      } else {
+        ThreadOp t;
+        t.kind = b.kind;
+        t.attrs = b.attrs;
+        for (size_t k = 0; k < b.inputs.size(); ++k) t.inputs.push_back(static_cast<int>(k));
+        steps.push_back(t);
+      }
+      for (const ThreadOp& to : steps) {
+        if (to.kind == OpKind::Constant) {
+          vals.push_back({cgen::flit(to.attrs.value), false});
+          continue;
+        }
+        std::vector<std::string> args;
+        int lins = 0;
+        for (int r : to.inputs) args.push_back(vals[r].e), lins += vals[r].lin ? 1 : 0;
+        Val v;
+        if (lins == 0) {
+          v.e = bind_norm(cgen::ew_expr(to.kind, to.attrs, args), nm.statements);
+        } else if (lins == 1 && (to.kind == OpKind::Mul || to.kind == OpKind::Neg ||
+                                 (to.kind == OpKind::Div && vals[to.inputs[0]].lin))) {
+          v.lin = true;
+          v.e = bind_norm(cgen::ew_expr(to.kind, to.attrs, args), nm.statements);
+        } else {
+          return false;
+        }
+        vals.push_back(v);
+      }
+      if (!vals.back().lin) return false;  // a same-shape value free of X: not a row factor
+      out = vals.back();
+      lin_memo[i] = out;
+      marked.push_back(i);
+      return true;
+    };
+    Val top;
+    if (!value(id, top) || !top.lin) return false;
+    nm.factor = top.e;
+    nm.on = true;
+    input = x;
+    role_[id] = Role::Prologue;
+    prologue_of_[id] = x;
+    for (int i : marked) role_[i] = Role::Prologue, prologue_of_[i] = x;
+    return true;
+  }
+
+  // A fused (or plain elementwise) block op's value over its inputs' expressions, its steps
+  // bound to norm statements.
+  std::string fused_value(const BlockOp& b, const std::vector<std::string>& xs,
+                          std::vector<std::string>& stmts) {
+    if (b.kind != OpKind::Fused) return bind_norm(cgen::ew_expr(b.kind, b.attrs, xs), stmts);
+    std::vector<std::string> vals = xs;
+    for (const ThreadOp& to : b.thread->ops) {
+      std::vector<std::string> args;
+      for (int r : to.inputs) args.push_back(vals[r]);
+      vals.push_back(to.kind == OpKind::Constant
+                         ? cgen::flit(to.attrs.value)
+                         : bind_norm(cgen::ew_expr(to.kind, to.attrs, args), stmts));
+    }
+    return vals.back();
+  }
+
+  std::string bind_norm(const std::string& e, std::vector<std::string>& stmts) {
+    std::string v = "n" + std::to_string(norm_temps_++);
+    stmts.push_back("const float " + v + " = " + e + ";");
+    return v;
   }
 
   // Whether op `id` is elementwise in mm1's result (and constants), marking it.
@@ -567,7 +736,9 @@ class Matcher {
   int mm1_ = -1, mm2_ = -1;
   AttentionPlan* plan_ = nullptr;
   std::vector<Role> role_;
-  std::map<int, int> row_of_;  // reduction op -> row feed index
+  std::map<int, int> row_of_;       // reduction op -> row feed index
+  std::map<int, int> prologue_of_;  // prologue op -> the input op it normalizes
+  int norm_temps_ = 0;
   std::map<int, std::string> memo_;
   std::set<std::string> per_row_;  // epilogue values the same along a row (apply)
 };
@@ -636,7 +807,12 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   // area fit (bs 1: 3 and 4 stages ran alike), or where the rings need it.
   const int64_t recv =
       p.cluster > 1 ? p.cluster * ((a.dv / 8 + p.cluster - 1) / p.cluster + 1) * 2048 : 0;
-  auto rings = [&](int stages) { return q_bytes + p.key_split * stages * stage; };
+  // With row norms, the factors of Q's rows and of every stage's keys (AttnCfg::kNormBytes).
+  const bool norm = a.q_norm.on || a.k_norm.on;
+  auto rings = [&](int stages) {
+    return q_bytes + p.key_split * stages * stage +
+           (norm ? (64 + p.key_split * stages * 64) * 4 : 0);
+  };
   auto room = [&](int64_t bytes) { return bytes + 1024 <= t.smem_per_block; };
   auto choose_stages = [&]() {
     for (int st = 4; st >= 3; --st)
@@ -652,17 +828,24 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   }
   if (p.stages == 0) p.stages = 3;  // over the limit: the runtime's static_assert says so
   const int64_t smem = rings(p.stages) + (room(rings(p.stages) + recv) ? recv : 0) + 1024;
-  p.min_blocks = p.key_split == 1 && a.dv <= 128 && 2 * (smem + 1024) <= t.smem_per_block ? 2 : 1;
+  // Row norms add a normalizer warpgroup (AttnCfg::kNormWG), whose registers two CTAs per SM
+  // would take from the consumers.
+  p.min_blocks =
+      p.key_split == 1 && a.dv <= 128 && 2 * (smem + 1024) <= t.smem_per_block && !norm ? 2 : 1;
   kp.smem = smem;
-  kp.threads = 128 * (1 + p.key_split);
+  kp.threads = 128 * (1 + p.key_split + (norm ? 1 : 0));
   return p;
 }
 
 std::string AttentionKernel::describe() const {
+  const std::string norms = a.q_norm.on && a.k_norm.on ? ", row norms of Q and K applied to S"
+                            : a.q_norm.on              ? ", row norms of Q applied to S"
+                            : a.k_norm.on              ? ", row norms of K applied to S"
+                                                       : "";
   return fmt::format(
-      "wgmma attention{} ({} rows x {} keys per block as {} tile(s) of 64 rows{}, D {}, DV {}, "
+      "wgmma attention{}{} ({} rows x {} keys per block as {} tile(s) of 64 rows{}, D {}, DV {}, "
       "{}-key chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
-      a.online ? ", online softmax" : "", a.mt, a.keys, a.mt / 64,
+      a.online ? ", online softmax" : "", norms, a.mt, a.keys, a.mt / 64,
       cluster > 1 ? fmt::format(" x a cluster of {} CTAs over the keys", cluster) : "", a.d, a.dv,
       chunk, stages, key_split, min_blocks);
 }
@@ -713,6 +896,11 @@ KernelCost AttentionKernel::cost(const CostContext& x) const {
   // A cluster's exchange: the partials pushed through distributed shared memory and a cluster
   // barrier, about a DRAM latency.
   if (cluster > 1) c.t_fixed += k.dram_latency_s;
+  // Row norms: the consumers' first softmax waits for the normalizers' factors of the first chunks
+  // (measured 0.9 us later than without norms on an H200, session 22) and each later chunk for its
+  // own (about 0.1 us a chunk): 8.5 us for the rms-normed gqa shapes against 6.6 without norms.
+  if (a.q_norm.on || a.k_norm.on)
+    c.t_fixed += k.dram_latency_s + (a.k_norm.on ? 0.1e-6 * double(cta_chunks) : 0.0);
   c.time = c.t_launch + c.t_fixed + std::max(c.t_tc, c.t_dram) + c.t_fill;
   return c;
 }
@@ -746,6 +934,16 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   K.f("static constexpr bool kOnline = {};", a.online ? "true" : "false");
   K.f("static constexpr float kExpScale = {};", flit(a.online ? a.exp_scale : 1.0));
   K.f("static constexpr float kPCoef = {};", flit(a.online ? a.p_coef : 1.0));
+  // Row norms of Q's rows and K's keys (runtime: the normalizer threads, in shared memory).
+  K.f("static constexpr bool kNormA = {};", a.q_norm.on ? "true" : "false");
+  K.f("static constexpr bool kNormK = {};", a.k_norm.on ? "true" : "false");
+  for (auto [name, nm] : {std::pair{"norm_a", &a.q_norm}, std::pair{"norm_k", &a.k_norm}}) {
+    K.open(fmt::format("__device__ __forceinline__ float {}(float ss) const {{", name));
+    K.line("(void)ss;");
+    for (const std::string& st : nm->statements) K.line(st);
+    K.f("return {};", nm->on ? nm->factor : "1.0f");
+    K.close();
+  }
   K.open(fmt::format(
       "__device__ __forceinline__ void online_feeds(float p, float (&r)[{}]) const {{", R));
   K.line("(void)p; (void)r;");
@@ -837,9 +1035,13 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   };
   Code& L = x.launch;
   L.open("{");
+  const bool masked = last_keys() < chunk, norm = a.q_norm.on || a.k_norm.on;
   L.f("using Cfg = kiln::rt::AttnCfg<{}, 1, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>;", ctype(a.ab),
       a.d, a.dv, chunk, stages, a.k_nmajor ? "true" : "false", a.v_nmajor ? "true" : "false",
-      min_blocks, key_split, cluster, last_keys() < chunk ? ", true" : "");
+      min_blocks, key_split, cluster,
+      norm     ? fmt::format(", {}, true", masked ? "true" : "false")
+      : masked ? ", true"
+               : "");
   L.f("const {} f{{{}}};", fn, fmt::join(outs, ", "));
   L.f("err = kiln::rt::attn_launch<Cfg>({}, {}, {}, {}, {}, {}, dim3({}, {}, {}), {}, f, stream, "
       "{});",

@@ -321,6 +321,117 @@ TEST(Attention, AKeyCountNotAMultipleOf64MasksTheLastChunk) {
                    .as<AttentionKernel>());
 }
 
+// Attention over row-normed operands: Q and/or K (K stored keys x D, read through a transpose)
+// as x / sqrt(sum(x^2) / D + eps) [* c] of the input tile, in the loop for K.
+enum class Norm {
+  QK,         // both normed, K-major K
+  KOnly,      // only the keys
+  QScaled,    // Q's norm times 0.125 (a scale the algebra moves onto the smaller side)
+  QWeighted,  // Q's norm times a weight vector: not a row factor, not lowered
+  KNMajor,    // K stored D x keys, its tile normed over its last dim (the keys): not lowered
+};
+
+BlockGraph build_normed(Norm v) {
+  const bool km = v != Norm::KNMajor;
+  std::vector<TensorDesc> ins = {
+      {"Q", {H, M, D}, DType::F16},
+      km ? TensorDesc{"K", {H, N, D}, DType::F16} : TensorDesc{"K", {H, D, N}, DType::F16},
+      {"V", {H, N, DV}, DType::F16},
+      {"G", {D}, DType::F16}};
+  BlockGraphBuilder b({H, M / 64, 1}, 128, {N / 64}, ins);
+  auto constant = [&](double c) {
+    Attrs a;
+    a.value = c;
+    return b.op(OpKind::Constant, {}, a);
+  };
+  auto norm = [&](int x, int n) {
+    Attrs rows;
+    rows.dim = 2;
+    rows.keepdim = true;
+    const int ss = b.op(OpKind::Sum, {b.op(OpKind::Square, {x})}, rows);
+    const int ms = b.op(OpKind::Mul, {ss, constant(1.0 / double(n))});
+    return b.op(OpKind::Div, {x, b.op(OpKind::Sqrt, {b.op(OpKind::Add, {ms, constant(1e-6)})})});
+  };
+  int q = b.input(0, {0, 1, -1}, {-1});
+  if (v != Norm::KOnly) q = norm(q, D);
+  if (v == Norm::QScaled) q = b.op(OpKind::Mul, {q, constant(0.125)});
+  if (v == Norm::QWeighted) q = b.op(OpKind::Mul, {q, b.input(3, {-1, -1, -1}, {-1})});
+  int k = km ? b.input(1, {0, -1, 1}, {1}) : b.input(1, {0, -1, 2}, {2});
+  k = norm(k, km ? D : 64);
+  if (km) k = b.op(OpKind::Transpose, {k});
+  int vv = b.input(2, {0, -1, 1}, {1});
+  int p = b.op(OpKind::Exp, {b.op(OpKind::MatMul, {q, k})});
+  Attrs rows;
+  rows.dim = 2;
+  int l = b.op(OpKind::Sum, {p}, rows);
+  int acc_o = b.op(OpKind::AccumSum, {b.op(OpKind::MatMul, {p, vv})});
+  int acc_l = b.op(OpKind::AccumSum, {l});
+  b.output(b.op(OpKind::Div, {acc_o, acc_l}), {0, 1, -1}, {-1}, DType::F16, "O");
+  return std::move(b).finish(target_for(Arch::Sm90a));
+}
+
+// A row norm of Q or of K-major keys is a prologue of the chain: the plan keeps the factor as a
+// function of the row's sum of squares (any scale multiplied on after the norm included) and
+// the runtime applies it to S's rows and columns; a norm whose factor is not per row (a weight
+// vector) or that runs over the keys (an N-major K tile) is refused, so the generic kernels keep
+// those graphs.
+TEST(Attention, RowNormsOfQAndKeysArePrologues) {
+  const Target t = target_for(Arch::Sm90a);
+  std::optional<AttentionPlan> qk = match_attention(build_normed(Norm::QK), t, true, true);
+  ASSERT_TRUE(qk);
+  EXPECT_TRUE(qk->q_norm.on);
+  EXPECT_TRUE(qk->k_norm.on);
+  EXPECT_FALSE(qk->k_nmajor);
+  EXPECT_TRUE(qk->online);
+  // X / sqrt(..) is X times the factor 1 / sqrt(..): the division is applied to the factor.
+  bool reciprocal = false;
+  for (const std::string& st : qk->q_norm.statements)
+    reciprocal = reciprocal || st.find("(1.0f / ") != std::string::npos;
+  EXPECT_TRUE(reciprocal);
+  std::optional<AttentionPlan> ko = match_attention(build_normed(Norm::KOnly), t, true, true);
+  ASSERT_TRUE(ko);
+  EXPECT_FALSE(ko->q_norm.on);
+  EXPECT_TRUE(ko->k_norm.on);
+  std::optional<AttentionPlan> qs = match_attention(build_normed(Norm::QScaled), t, true, true);
+  ASSERT_TRUE(qs);
+  EXPECT_TRUE(qs->q_norm.on);
+  bool scaled = false;
+  for (const std::string& st : qs->q_norm.statements)
+    scaled = scaled || st.find("0.125f") != std::string::npos;
+  EXPECT_TRUE(scaled);
+  EXPECT_FALSE(match_attention(build_normed(Norm::QWeighted), t, true, true));
+  EXPECT_FALSE(match_attention(build_normed(Norm::KNMajor), t, true, true));
+
+  // Planned and emitted: a normalizer warpgroup (one more than the consumers), the factors'
+  // shared memory and the functor's members.
+  KernelGraphBuilder kb("attn_norm", "", Arch::Sm90a);
+  int q = kb.input("Q", {H, M, D}, DType::F16);
+  int k = kb.input("K", {H, N, D}, DType::F16);
+  int vv = kb.input("V", {H, N, DV}, DType::F16);
+  int g = kb.input("G", {D}, DType::F16);
+  auto bg = std::make_shared<const BlockGraph>(build_normed(Norm::QK));
+  for (int o : kb.graph_defined(bg, {q, k, vv, g}, "k")) kb.output(o);
+  KernelGraph kg = std::move(kb).finish();
+  Schedule s = plan_schedule(kg, t);
+  const AttentionKernel* ak = s.kernels[0].as<AttentionKernel>();
+  ASSERT_TRUE(ak);
+  EXPECT_EQ(s.kernels[0].threads, 128 * (2 + ak->key_split));
+  EXPECT_EQ(ak->min_blocks, 1);
+  const int64_t stage = (D + DV) * 64 * 2;
+  int64_t smem = 64 * D * 2 + ak->key_split * ak->stages * stage +
+                 (64 + ak->key_split * ak->stages * 64) * 4 + 1024;
+  if (ak->cluster > 1 &&
+      smem + ak->cluster * ((DV / 8 + ak->cluster - 1) / ak->cluster + 1) * 2048 <=
+          t.smem_per_block)
+    smem += ak->cluster * ((DV / 8 + ak->cluster - 1) / ak->cluster + 1) * 2048;
+  EXPECT_EQ(s.kernels[0].smem, smem);
+  std::string cu = emit_cuda(kg);
+  EXPECT_NE(cu.find("static constexpr bool kNormA = true;"), std::string::npos);
+  EXPECT_NE(cu.find("static constexpr bool kNormK = true;"), std::string::npos);
+  EXPECT_NE(cu.find("float norm_k(float ss) const"), std::string::npos);
+  EXPECT_NE(cu.find(", false, true>;"), std::string::npos);  // unmasked, NORM
+}
+
 // The hand-written attention example is lowered (it is what the nvcc test compiles).
 TEST(Attention, GqaExampleIsLowered) {
   KernelGraph g = load_graph_file(std::string(KILN_SOURCE_DIR) + "/examples/gqa.mugraph.json");

@@ -8,6 +8,8 @@
 //   S = Q K;   P = f(S) elementwise;   r_j = sum (or mean) over the keys of g_j(S)
 //   O = accum_sum(P V);   R_j = accum_sum(r_j)
 // and save elementwise functions of O and the R_j (row values broadcast along O's columns),
+// where Q may also be a row norm of the input tile (X * h(sum of X^2 over D)) and K the transpose
+// of such a norm of a [Nt, D] tile (rms-normed queries and keys, normalized in shared memory),
 // where f and g_j are elementwise expressions of S and constants, and the loop walks the keys of
 // K and V in lock step (no loop: one iteration). Every op of the graph must be one of these.
 // The lowering keeps the block graph's grid (each block's tiles, its key range and its outputs
@@ -62,10 +64,20 @@ struct AttentionStore {
   std::string result;
 };
 
+// A row norm of an operand (Q's rows, or K's keys with K stored keys x D), done by the runtime in
+// shared memory before the products read it: each row x becomes x * factor(ss), ss the row's sum
+// of squares in float32, the result rounded to the operand type.
+struct AttentionNorm {
+  bool on = false;
+  std::vector<std::string> statements;  // float32 C++ over `ss`: locals, then
+  std::string factor;
+};
+
 struct AttentionPlan {
   AttentionView q, k, v;
-  bool k_nmajor = true;  // K stored D x keys (keys contiguous); else keys x D
-  bool v_nmajor = true;  // V stored keys x DV; else DV x keys
+  AttentionNorm q_norm, k_norm;  // Q [Mt, D] over D; K (K-major only) over D
+  bool k_nmajor = true;          // K stored D x keys (keys contiguous); else keys x D
+  bool v_nmajor = true;          // V stored keys x DV; else DV x keys
   DType ab = DType::F16;
   int64_t mt = 0, d = 0, dv = 0;
   int64_t keys = 0;                          // keys per block: loop range x keys per iteration
