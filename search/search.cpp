@@ -322,7 +322,13 @@ class BranchRunner {
     for (const TensorDesc& t : spec.tensors) spec_dtypes_[t.name] = t.dtype;
   }
 
-  Branch run() {
+  // The branch in two parts, so that every variant's one-kernel form is costed before any
+  // variant's many-kernel partitions (the variants' one-kernel partitions are few and fused
+  // forms are what the search is for; a variant's partitions number up to thousands, and under a
+  // time limit the first variants' took all of it). first(): the expression check and the
+  // one-group partition (there is none for a split variant); rest(): the other partitions, fewest
+  // groups first, and the branch's result.
+  void first() {
     exprs_ = node_exprs(v_);
     if (pruner_) {
       for (size_t n = 0; n < v_.nodes.size(); ++n)
@@ -330,16 +336,25 @@ class BranchRunner {
             !pruner_->keep(exprs_[n])) {
           prune(-1, "expr", fmt::format("{} = {}", v_.nodes[n].name, exprs_[n].str()));
           out_.pruned = true;
+          done_ = true;
           flush(true);
-          return std::move(out_);
+          return;
         }
     }
-    const std::vector<int> order = canonical_order(v_);
-    const std::vector<std::vector<size_t>> cuts =
-        enumerate_partition_cuts(v_, order, cfg_.max_kernels);
-    for (size_t pi = 0; pi < cuts.size() && !sh_.stopped(); ++pi)
-      run_partition(partition_at(order, cuts[pi]));
-    flush(true);
+    order_ = canonical_order(v_);
+    cuts_ = enumerate_partition_cuts(v_, order_, cfg_.max_kernels);
+    for (; next_cut_ < cuts_.size() && cuts_[next_cut_].empty() && !sh_.stopped(); ++next_cut_)
+      run_partition(partition_at(order_, cuts_[next_cut_]));
+    flush(false);
+  }
+
+  Branch rest() {
+    if (!done_) {
+      for (; next_cut_ < cuts_.size() && !sh_.stopped(); ++next_cut_)
+        run_partition(partition_at(order_, cuts_[next_cut_]));
+      done_ = true;
+      flush(true);
+    }
     return std::move(out_);
   }
 
@@ -394,6 +409,11 @@ class BranchRunner {
     runs_.clear();
     updates_.clear();
   }
+
+  bool done_ = false;
+  std::vector<int> order_;
+  std::vector<std::vector<size_t>> cuts_;
+  size_t next_cut_ = 0;
 
   // Rows are kept for the trace only (the enumerator records its states for the same reason).
   bool tracing() const { return sink_ != nullptr; }
@@ -1086,19 +1106,38 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   std::vector<Branch> branches(variants.size());
   int threads = config.threads > 0 ? config.threads : tbb::this_task_arena::max_concurrency();
   tbb::task_arena arena(threads);
-  arena.execute([&] {
-    tbb::parallel_for(
-        size_t(0), variants.size(),
-        [&](size_t i) {
-          if (sh.stopped()) {
-            if (sink) sink->put(i, {}, {}, {}, true, 0);
-            return;
-          }
-          BranchRunner br(spec, variants[i], sh, pruner.get(), enum_pruner.get(), target,
-                          sink.get(), i);
-          branches[i] = br.run();
-        },
-        tbb::simple_partitioner());
+  // Two passes over the variants (BranchRunner::first, then rest), each in list order: a worker
+  // takes the next variant when it is done with its last. Under a time limit only the first
+  // variants' many-kernel partitions are explored, and the list puts the most useful first
+  // (generator.h); tbb::parallel_for's recursive halving over the variants started the second
+  // worker in the middle of the list (with 2 threads and 140 variants, variants 0, 1 and 70-72
+  // ran), and one variant's thousands of partitions could take the whole limit before another
+  // variant's one-kernel form was tried.
+  std::vector<std::unique_ptr<BranchRunner>> runners(variants.size());
+  auto pass = [&](auto&& body) {
+    std::atomic<size_t> next_variant{0};
+    arena.execute([&] {
+      tbb::parallel_for(
+          0, threads,
+          [&](int) {
+            for (size_t i = next_variant++; i < variants.size(); i = next_variant++) body(i);
+          },
+          tbb::simple_partitioner());
+    });
+  };
+  pass([&](size_t i) {
+    if (sh.stopped()) return;
+    runners[i] = std::make_unique<BranchRunner>(spec, variants[i], sh, pruner.get(),
+                                                enum_pruner.get(), target, sink.get(), i);
+    runners[i]->first();
+  });
+  pass([&](size_t i) {
+    if (runners[i]) {
+      branches[i] = runners[i]->rest();
+      runners[i].reset();
+    } else if (sink) {
+      sink->put(i, {}, {}, {}, true, 0);  // stopped before it began
+    }
   });
   st.generate_s = sh.elapsed();
   if (sh.stopped()) res.stop = static_cast<StopReason>(sh.stop.load());

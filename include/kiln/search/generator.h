@@ -99,8 +99,9 @@ struct VariantOptions {
 };
 // Every variant of the bases (the spec's primitive graph first, then the algebra pass's graphs):
 // for each base every subset of the hoisting rewrites (a row scale out of a matmul), each with no
-// split or one split of a reduced label that is not ambiguous; round-robin over the bases, so the
-// first is the first base's plain form. Each variant's `base` says which base it came from.
+// split or one split of a reduced label that is not ambiguous, every subset's unsplit form before
+// any split; round-robin over the bases, so the first is the first base's plain form. Each
+// variant's `base` says which base it came from.
 std::vector<PGraph> enumerate_variants(const std::vector<PGraph>& bases, const VariantOptions& opt);
 // The variants of one base.
 std::vector<PGraph> enumerate_variants(const PGraph& base, const VariantOptions& opt);
