@@ -113,7 +113,7 @@ struct AttnCfg {
   // rows and of every stage's keys, as floats after the rings.
   static constexpr bool kNorm = NORM;
   static constexpr int kNormOffset = kABytes + KS * STAGES * kStageBytes;
-  static constexpr int kNormBytes = NORM ? (kBM + KS * STAGES * NC) * 4 : 0;
+  static constexpr int kNormBytes = NORM ? (kBM + KS * STAGES * NC + D) * 4 : 0;  // + weights
   static constexpr int kRecvOffset = kNormOffset + kNormBytes;
   static constexpr bool kPush =
       CL > 1 && kRecvOffset + CL* kRecvUnits * 128 * 16 + 1024 <= 227 * 1024;
@@ -221,6 +221,18 @@ struct AttnNorms<Fn, typename attn_void<decltype(Fn::kNormA), decltype(Fn::kNorm
   static constexpr bool kA = Fn::kNormA, kK = Fn::kNormK;
 };
 
+// Column weights (optional members of Fn, with NORM: kColWeights, col_weight(d)): Q's column d is
+// multiplied by col_weight(d) before the products (the norms' weights: S sums q_d w_d k_d over d,
+// so a weight of either norm may multiply Q's columns). The normalizers rewrite A once, in place.
+template <class Fn, class = void>
+struct AttnColWeights {
+  static constexpr bool kW = false;
+};
+template <class Fn>
+struct AttnColWeights<Fn, typename attn_void<decltype(Fn::kColWeights)>::type> {
+  static constexpr bool kW = Fn::kColWeights;
+};
+
 // Half-row sums of squares: for each of U rows (row[u], row index r[u] of its tile) of PANELS
 // 128-byte-swizzled panels (panel_bytes apart), the squares of its even (h = 0) or odd (h = 1)
 // 16-byte units; the lane pair (h = 0, 1) adds its halves by a shuffle. All U x 4 loads of a panel
@@ -309,7 +321,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // then arrives on a_ready / ready[ring][stage]; a consumer waits on those before its first /
   // that chunk's softmax, not before its products.
   constexpr bool kNormA = AttnNorms<Fn>::kA, kNormK = AttnNorms<Fn>::kK;
+  constexpr bool kColW = AttnColWeights<Fn>::kW;  // A's columns weighted first (a_ready)
   constexpr int kNormThreads = 128;
+  static_assert(!kColW || C::kNorm, "column weights need AttnCfg's NORM (their area)");
   static_assert(!kNormK || !C::kKNMajor, "keys are normalized in K-major chunks only");
   static_assert(!(kNormA || kNormK) || C::kNorm, "row norms need AttnCfg's NORM (their area)");
   // One ring of S stages per key-split consumer (ring k holds the chunks j = k mod KS), so the
@@ -330,7 +344,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         mbar_init(&empty[k][s], C::kWG);  // one arrival per row group
         if constexpr (kNormK) mbar_init(&ready[k][s], kNormThreads);
       }
-    if constexpr (kNormA) mbar_init(&a_ready, kNormThreads);
+    if constexpr (kNormA || kColW) mbar_init(&a_ready, kNormThreads);
     fence_mbar_init();
   }
   __syncthreads();  // no block-wide barrier may follow: the producer warps leave early
@@ -401,16 +415,45 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       if constexpr (C::kRebalance) setmaxnreg_dec<C::kNormRegs>();
       const int nt = tid - 128 * (1 + C::kConsumers), h = nt & 1;
       float* const fa = reinterpret_cast<float*>(smem + C::kNormOffset);
-      if constexpr (kNormA) {
+      float* const wsm = fa + BM + KS * S * NC;  // the column weights
+      if constexpr (kColW) {
+        // Read while A is in flight.
+        for (int d = nt; d < D; d += kNormThreads) wsm[d] = fn.col_weight(d);
+        named_barrier(7, kNormThreads);
+      }
+      if constexpr (kNormA || kColW) {
         mbar_wait(&a_full, 0);
         if (nt == 0) KILN_PROBE_AT(1);
         for (int q = nt >> 1; q < BM; q += 64) {
-          const char* const row[1] = {smem + q * 128};
-          const int rr[1] = {q};
-          float ss[1];
-          attn_half_rows_sumsq<T, D / 64, 1>(row, rr, h, BM * 128, ss);
-          if (h == 0) fa[q] = fn.norm_a(ss[0]);
+          if constexpr (kNormA) {
+            const char* const row[1] = {smem + q * 128};
+            const int rr[1] = {q};
+            float ss[1];
+            attn_half_rows_sumsq<T, D / 64, 1>(row, rr, h, BM * 128, ss);
+            if (h == 0) fa[q] = fn.norm_a(ss[0]);
+          }
+          if constexpr (kColW) {
+            // The same units as the sum (after it): physical unit u of row q holds the row's
+            // logical 16-byte unit u ^ (q mod 8) (128-byte swizzle).
+#pragma unroll
+            for (int p = 0; p < D / 64; ++p)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const int u = (2 * c + h + 2 * q) & 7, col = 64 * p + 8 * (u ^ (q & 7));
+                uint4* const at = reinterpret_cast<uint4*>(smem + p * BM * 128 + q * 128 + u * 16);
+                const uint4 v = *at;
+                uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const float2 f = unpack2<T>(wv[e]);
+                  wv[e] = pack2<T>(f.x * wsm[col + 2 * e], f.y * wsm[col + 2 * e + 1]);
+                }
+                *at = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+              }
+          }
         }
+        // The rewritten A reaches the consumers' wgmmas (async proxy) before the arrival.
+        if constexpr (kColW) fence_proxy_async_smem();
         mbar_arrive(&a_ready);
         if (nt == 0) KILN_PROBE_AT(8);
       }
@@ -676,10 +719,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   if (nlocal > 0) {
     mbar_wait(&full[ks][0], 0);
     if (probe) KILN_PROBE_AT(ks == 0 ? 4 : 13);
+    if constexpr (kColW) mbar_wait(&a_ready, 0);  // A's columns weighted
     issue_s(s0, 0);
     wgmma_wait<0>();
     if constexpr (kNormA) {
-      mbar_wait(&a_ready, 0);
+      if constexpr (!kColW) mbar_wait(&a_ready, 0);
       qf[0] = nfac[64 * rg + 16 * w + g];
       qf[1] = nfac[64 * rg + 16 * w + g + 8];
     }

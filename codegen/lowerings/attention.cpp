@@ -143,7 +143,7 @@ class Matcher {
     if (!view(qi, plan.q) || !view(ki, plan.k) || !view(vi, plan.v)) return false;
     // A normalized operand's prologue ops are in the operand's stage.
     for (size_t i = 0; i < bg_.ops.size(); ++i)
-      if (role_[i] == Role::Prologue &&
+      if (role_[i] == Role::Prologue && bg_.ops[i].kind != OpKind::Input &&
           bg_.ops[i].stage != (prologue_of_[static_cast<int>(i)] == qi ? Stage::Invariant : body))
         return false;
 
@@ -266,6 +266,21 @@ class Matcher {
   // (or 1 / h) as float32 C++ over `ss`, the sum of squares. The ops become Prologue (the
   // runtime's normalizer threads do them in shared memory, rounding X's rows back to X's type,
   // as a 16-bit tile of the graph is); X's op is `input`.
+  // Whether op `i` is an input tile holding one value per column of a `cols`-wide row, the same
+  // for every block and iteration (rms_norm's weight: a [cols] tensor read whole).
+  bool column_weight(int i, int64_t cols) const {
+    const BlockOp& b = bg_.ops[i];
+    if (b.kind != OpKind::Input || b.shape.empty() || b.shape.back() != cols) return false;
+    for (size_t d = 0; d + 1 < b.shape.size(); ++d)
+      if (b.shape[d] != 1) return false;
+    for (int m : b.imap)
+      if (m >= 0) return false;
+    for (int f : b.fmap)
+      if (f >= 0) return false;
+    const TensorDesc& td = bg_.inputs[b.io];
+    return numel(td.shape) == cols;
+  }
+
   bool row_norm(int id, int& input, AttentionNorm& nm) {
     const BlockOp& op = bg_.ops[id];
     const OpClass c = op_info(op.kind).cls;
@@ -327,6 +342,7 @@ class Matcher {
     struct Val {
       std::string e;  // the value, or its factor where linear
       bool lin = false;
+      int weight = -1;  // a per-column weight: its input op
     };
     std::map<int, Val> lin_memo;
     std::function<bool(int, Val&)> value = [&](int i, Val& out) -> bool {
@@ -335,6 +351,7 @@ class Matcher {
       const BlockOp& b = bg_.ops[i];
       if (b.shape != op.shape) {
         out.lin = false;
+        if (column_weight(i, cols)) return out.weight = i, true;
         return side(i, out.e);
       }
       const OpClass bc = op_info(b.kind).cls;
@@ -361,10 +378,22 @@ class Matcher {
           continue;
         }
         std::vector<std::string> args;
-        int lins = 0;
-        for (int r : to.inputs) args.push_back(vals[r].e), lins += vals[r].lin ? 1 : 0;
+        int lins = 0, weights = 0;
+        for (int r : to.inputs) {
+          args.push_back(vals[r].e);
+          lins += vals[r].lin ? 1 : 0;
+          weights += vals[r].weight >= 0 ? 1 : 0;
+        }
         Val v;
-        if (lins == 0) {
+        if (weights > 0) {
+          // X * factor times a weight per column (rms_norm's weight): at most one, multiplied.
+          if (weights != 1 || lins != 1 || to.kind != OpKind::Mul || nm.weight_io >= 0)
+            return false;
+          const Val& w = vals[to.inputs[0]].weight >= 0 ? vals[to.inputs[0]] : vals[to.inputs[1]];
+          v = vals[to.inputs[0]].lin ? vals[to.inputs[0]] : vals[to.inputs[1]];
+          nm.weight_io = bg_.ops[w.weight].io;
+          marked.push_back(w.weight);
+        } else if (lins == 0) {
           v.e = bind_norm(cgen::ew_expr(to.kind, to.attrs, args), nm.statements);
         } else if (lins == 1 && (to.kind == OpKind::Mul || to.kind == OpKind::Neg ||
                                  (to.kind == OpKind::Div && vals[to.inputs[0]].lin))) {
@@ -807,11 +836,12 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   // area fit (bs 1: 3 and 4 stages ran alike), or where the rings need it.
   const int64_t recv =
       p.cluster > 1 ? p.cluster * ((a.dv / 8 + p.cluster - 1) / p.cluster + 1) * 2048 : 0;
-  // With row norms, the factors of Q's rows and of every stage's keys (AttnCfg::kNormBytes).
+  // With row norms, the factors of Q's rows and of every stage's keys and Q's column weights
+  // (AttnCfg::kNormBytes).
   const bool norm = a.q_norm.on || a.k_norm.on;
   auto rings = [&](int stages) {
     return q_bytes + p.key_split * stages * stage +
-           (norm ? (64 + p.key_split * stages * 64) * 4 : 0);
+           (norm ? (64 + p.key_split * stages * 64 + a.d) * 4 : 0);
   };
   auto room = [&](int64_t bytes) { return bytes + 1024 <= t.smem_per_block; };
   auto choose_stages = [&]() {
@@ -842,10 +872,12 @@ std::string AttentionKernel::describe() const {
                             : a.q_norm.on              ? ", row norms of Q applied to S"
                             : a.k_norm.on              ? ", row norms of K applied to S"
                                                        : "";
+  const bool weighted = a.q_norm.weight_io >= 0 || a.k_norm.weight_io >= 0;
   return fmt::format(
       "wgmma attention{}{} ({} rows x {} keys per block as {} tile(s) of 64 rows{}, D {}, DV {}, "
       "{}-key chunks, {} stages, {} consumer warpgroup(s) per CTA, {} CTA(s)/SM)",
-      a.online ? ", online softmax" : "", norms, a.mt, a.keys, a.mt / 64,
+      a.online ? ", online softmax" : "",
+      norms + (weighted ? " (their weights on Q's columns)" : ""), a.mt, a.keys, a.mt / 64,
       cluster > 1 ? fmt::format(" x a cluster of {} CTAs over the keys", cluster) : "", a.d, a.dv,
       chunk, stages, key_split, min_blocks);
 }
@@ -957,6 +989,23 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
     }
   K.close();
   for (size_t i = 0; i < a.stores.size(); ++i) K.f("{}* out{};", ctype(a.stores[i].dtype), i);
+  // The norms' weights (after the outputs in the functor's initializer): their product per
+  // column multiplies Q's columns (the runtime's kColWeights).
+  std::vector<int> weights;
+  for (const AttentionNorm* nm : {&a.q_norm, &a.k_norm})
+    if (nm->weight_io >= 0) weights.push_back(nm->weight_io);
+  const BlockGraph& wbg = *op.block;
+  for (size_t i = 0; i < weights.size(); ++i)
+    K.f("const {}* nw{};", ctype(wbg.inputs[weights[i]].dtype), i);
+  K.f("static constexpr bool kColWeights = {};", weights.empty() ? "false" : "true");
+  K.open("__device__ __forceinline__ float col_weight(int d) const {");
+  K.line("(void)d;");
+  std::string wprod = "1.0f";
+  for (size_t i = 0; i < weights.size(); ++i)
+    wprod = i == 0 ? fmt::format("kiln::rt::to_f32(nw{}[d])", i)
+                   : fmt::format("{} * kiln::rt::to_f32(nw{}[d])", wprod, i);
+  K.f("return {};", wprod);
+  K.close();
   // CTA (bx, by, bz) is sub-tile bx % sub of graph block (bx / sub, by, bz).
   auto block_index = [&]() {
     K.f("const int64_t b0 = bx / {0}, b1 = by, b2 = bz, sub = bx % {0};", sub);
@@ -1028,6 +1077,7 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
 
   std::vector<std::string> outs;
   for (const AttentionStore& st : a.stores) outs.push_back(x.ptr(op.outputs[st.io]));
+  for (int io : weights) outs.push_back(x.ptr(op.inputs[io]));
   int64_t g[3] = {1, 1, 1};
   for (int d = 0; d < dims; ++d) g[d] = a.grid[d];
   auto view = [](const AttentionView& v) {

@@ -327,7 +327,8 @@ enum class Norm {
   QK,         // both normed, K-major K
   KOnly,      // only the keys
   QScaled,    // Q's norm times 0.125 (a scale the algebra moves onto the smaller side)
-  QWeighted,  // Q's norm times a weight vector: not a row factor, not lowered
+  QWeighted,  // Q's norm times a weight per column (rms_norm's): Q's columns weighted first
+  QTileMul,   // Q's norm times a [rows, D] tile of another input: not a norm, not lowered
   KNMajor,    // K stored D x keys, its tile normed over its last dim (the keys): not lowered
 };
 
@@ -337,7 +338,8 @@ BlockGraph build_normed(Norm v) {
       {"Q", {H, M, D}, DType::F16},
       km ? TensorDesc{"K", {H, N, D}, DType::F16} : TensorDesc{"K", {H, D, N}, DType::F16},
       {"V", {H, N, DV}, DType::F16},
-      {"G", {D}, DType::F16}};
+      {"G", {D}, DType::F16},
+      {"W", {H, M, D}, DType::F16}};
   BlockGraphBuilder b({H, M / 64, 1}, 128, {N / 64}, ins);
   auto constant = [&](double c) {
     Attrs a;
@@ -356,6 +358,7 @@ BlockGraph build_normed(Norm v) {
   if (v != Norm::KOnly) q = norm(q, D);
   if (v == Norm::QScaled) q = b.op(OpKind::Mul, {q, constant(0.125)});
   if (v == Norm::QWeighted) q = b.op(OpKind::Mul, {q, b.input(3, {-1, -1, -1}, {-1})});
+  if (v == Norm::QTileMul) q = b.op(OpKind::Mul, {q, b.input(4, {0, 1, -1}, {-1})});
   int k = km ? b.input(1, {0, -1, 1}, {1}) : b.input(1, {0, -1, 2}, {2});
   k = norm(k, km ? D : 64);
   if (km) k = b.op(OpKind::Transpose, {k});
@@ -372,9 +375,9 @@ BlockGraph build_normed(Norm v) {
 
 // A row norm of Q or of K-major keys is a prologue of the chain: the plan keeps the factor as a
 // function of the row's sum of squares (any scale multiplied on after the norm included) and
-// the runtime applies it to S's rows and columns; a norm whose factor is not per row (a weight
-// vector) or that runs over the keys (an N-major K tile) is refused, so the generic kernels keep
-// those graphs.
+// the runtime applies it to S's rows and columns; a weight per column (rms_norm's) is kept apart
+// (the runtime weights Q's columns); a product with another tile, or a norm over the keys (an
+// N-major K tile), is refused, so the generic kernels keep those graphs.
 TEST(Attention, RowNormsOfQAndKeysArePrologues) {
   const Target t = target_for(Arch::Sm90a);
   std::optional<AttentionPlan> qk = match_attention(build_normed(Norm::QK), t, true, true);
@@ -399,7 +402,12 @@ TEST(Attention, RowNormsOfQAndKeysArePrologues) {
   for (const std::string& st : qs->q_norm.statements)
     scaled = scaled || st.find("0.125f") != std::string::npos;
   EXPECT_TRUE(scaled);
-  EXPECT_FALSE(match_attention(build_normed(Norm::QWeighted), t, true, true));
+  EXPECT_EQ(qk->q_norm.weight_io, -1);
+  std::optional<AttentionPlan> qw = match_attention(build_normed(Norm::QWeighted), t, true, true);
+  ASSERT_TRUE(qw);
+  EXPECT_TRUE(qw->q_norm.on);
+  EXPECT_EQ(qw->q_norm.weight_io, 3);  // G
+  EXPECT_FALSE(match_attention(build_normed(Norm::QTileMul), t, true, true));
   EXPECT_FALSE(match_attention(build_normed(Norm::KNMajor), t, true, true));
 
   // Planned and emitted: a normalizer warpgroup (one more than the consumers), the factors'
@@ -409,8 +417,9 @@ TEST(Attention, RowNormsOfQAndKeysArePrologues) {
   int k = kb.input("K", {H, N, D}, DType::F16);
   int vv = kb.input("V", {H, N, DV}, DType::F16);
   int g = kb.input("G", {D}, DType::F16);
+  int wt = kb.input("W", {H, M, D}, DType::F16);
   auto bg = std::make_shared<const BlockGraph>(build_normed(Norm::QK));
-  for (int o : kb.graph_defined(bg, {q, k, vv, g}, "k")) kb.output(o);
+  for (int o : kb.graph_defined(bg, {q, k, vv, g, wt}, "k")) kb.output(o);
   KernelGraph kg = std::move(kb).finish();
   Schedule s = plan_schedule(kg, t);
   const AttentionKernel* ak = s.kernels[0].as<AttentionKernel>();
@@ -419,7 +428,7 @@ TEST(Attention, RowNormsOfQAndKeysArePrologues) {
   EXPECT_EQ(ak->min_blocks, 1);
   const int64_t stage = (D + DV) * 64 * 2;
   int64_t smem = 64 * D * 2 + ak->key_split * ak->stages * stage +
-                 (64 + ak->key_split * ak->stages * 64) * 4 + 1024;
+                 (64 + ak->key_split * ak->stages * 64 + D) * 4 + 1024;
   if (ak->cluster > 1 &&
       smem + ak->cluster * ((DV / 8 + ak->cluster - 1) / ak->cluster + 1) * 2048 <=
           t.smem_per_block)
@@ -430,6 +439,7 @@ TEST(Attention, RowNormsOfQAndKeysArePrologues) {
   EXPECT_NE(cu.find("static constexpr bool kNormK = true;"), std::string::npos);
   EXPECT_NE(cu.find("float norm_k(float ss) const"), std::string::npos);
   EXPECT_NE(cu.find(", false, true>;"), std::string::npos);  // unmasked, NORM
+  EXPECT_NE(cu.find("static constexpr bool kColWeights = false;"), std::string::npos);
 }
 
 // The hand-written attention example is lowered (it is what the nvcc test compiles).

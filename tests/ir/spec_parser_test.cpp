@@ -60,9 +60,10 @@ TEST(SpecParser, EveryExampleParsesAsAnFp16SpecNamedLikeItsFile) {
   // + attention_softmax and rms_qk_attention (issue 16's attention specs) + linear_mean (bf16,
   // m 16 and 1024) and lowrank (issue 17's algebra cases) + 4 linear_act and 3 swiglu (bf16,
   // nn.Linear layout; issue 15) + attention_keys3000 and gqa_keys4032 (attention at key counts
-  // the 64-key chunks or the schedule cap did not fit, session 16). examples/nn_linear/ holds the
-  // nn.Linear twins of the f16 matmul cases (TwinsOfTheMatmulCases).
-  EXPECT_EQ(files.size(), 46u);
+  // the 64-key chunks or the schedule cap did not fit, session 16) + qk_norm_attention (weighted
+  // QK norms, session 22). examples/nn_linear/ holds the nn.Linear twins of the f16 matmul cases
+  // (TwinsOfTheMatmulCases).
+  EXPECT_EQ(files.size(), 47u);
   for (const fs::path& f : files) {
     SCOPED_TRACE(f.string());
     KernelGraph g = parse_spec_file(f.string());

@@ -69,7 +69,7 @@ TEST_P(NvccExample, EmittedFileAndHarnessCompile) {
 INSTANTIATE_TEST_SUITE_P(Examples, NvccExample,
                          ::testing::Values("rmsnorm_linear", "gated_mlp", "gqa", "lora",
                                            "add_rmsnorm", "skinny_gemm", "gated_mlp_m4096",
-                                           "linear_act_m512", "swiglu"));
+                                           "linear_act_m512", "swiglu", "qk_norm_attention"));
 
 }  // namespace
 }  // namespace kiln

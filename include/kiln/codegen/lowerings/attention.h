@@ -67,10 +67,14 @@ struct AttentionStore {
 // A row norm of an operand (Q's rows, or K's keys with K stored keys x D), done by the runtime in
 // shared memory before the products read it: each row x becomes x * factor(ss), ss the row's sum
 // of squares in float32, the result rounded to the operand type.
+// With a weight (rms_norm's, per column of the row: x * factor(ss) * w), the weights of Q's and
+// K's norms both multiply Q's columns instead (S sums over those columns), which the runtime
+// rewrites once in shared memory.
 struct AttentionNorm {
   bool on = false;
   std::vector<std::string> statements;  // float32 C++ over `ss`: locals, then
   std::string factor;
+  int weight_io = -1;  // block-graph input index of the weight, or -1
 };
 
 struct AttentionPlan {
