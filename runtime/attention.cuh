@@ -115,8 +115,12 @@ struct AttnCfg {
   static constexpr int kNormOffset = kABytes + KS * STAGES * kStageBytes;
   static constexpr int kNormBytes = NORM ? (kBM + KS * STAGES * NC + D) * 4 : 0;  // + weights
   static constexpr int kRecvOffset = kNormOffset + kNormBytes;
+  // The kernel's static shared memory (its mbarriers) counts against the same limit as the
+  // dynamic bytes: an upper bound, which the planner reserves too (kAttnStaticSmem).
+  static constexpr int kStaticBytes = 512;
+  static_assert((3 * KS * STAGES + 2) * 8 <= kStaticBytes, "the mbarriers fit the reserve");
   static constexpr bool kPush =
-      CL > 1 && kRecvOffset + CL* kRecvUnits * 128 * 16 + 1024 <= 227 * 1024;
+      CL > 1 && kRecvOffset + CL* kRecvUnits * 128 * 16 + 1024 + kStaticBytes <= 227 * 1024;
   static constexpr int kRecvBytes = kPush ? CL * kRecvUnits * 128 * 16 : 0;
   static constexpr int kSmemBytes = kRecvOffset + kRecvBytes + 1024;  // + alignment
   // Registers: the launch bounds give every thread kEntryRegs; the producer warpgroup gives back
@@ -143,7 +147,7 @@ struct AttnCfg {
   static_assert(KS * CL == 1 || 128 * 16 * (DV / 8 + 3) <= STAGES * kStageBytes, "rings");
   static_assert(CL == 1 || CL == 2 || CL == 4 || CL == 8, "cluster: 1, 2, 4 or 8 CTAs");
   static_assert(CL == 1 || WG == 1, "a cluster key split has one row group per CTA");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kSmemBytes + kStaticBytes <= 227 * 1024, "shared memory");
 };
 
 // bar.sync on named barrier `id` (1..15) among `threads` threads (a multiple of 32).
@@ -425,16 +429,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         mbar_wait(&a_full, 0);
         if (nt == 0) KILN_PROBE_AT(1);
         for (int q = nt >> 1; q < BM; q += 64) {
+          float fq = 1.0f;  // Q's row factor, folded into a weighted rewrite
           if constexpr (kNormA) {
             const char* const row[1] = {smem + q * 128};
             const int rr[1] = {q};
             float ss[1];
             attn_half_rows_sumsq<T, D / 64, 1>(row, rr, h, BM * 128, ss);
-            if (h == 0) fa[q] = fn.norm_a(ss[0]);
+            fq = fn.norm_a(ss[0]);
+            if (h == 0) fa[q] = fq;
           }
           if constexpr (kColW) {
             // The same units as the sum (after it): physical unit u of row q holds the row's
-            // logical 16-byte unit u ^ (q mod 8) (128-byte swizzle).
+            // logical 16-byte unit u ^ (q mod 8) (128-byte swizzle). With Q's norm, the row is
+            // rewritten normalized, x f_q w (the size of the graph's own normed Q: the raw x
+            // times the weights alone could leave the 16-bit range), and S is not scaled by f_q.
 #pragma unroll
             for (int p = 0; p < D / 64; ++p)
 #pragma unroll
@@ -446,7 +454,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                   const float2 f = unpack2<T>(wv[e]);
-                  wv[e] = pack2<T>(f.x * wsm[col + 2 * e], f.y * wsm[col + 2 * e + 1]);
+                  wv[e] =
+                      pack2<T>(f.x * (fq * wsm[col + 2 * e]), f.y * (fq * wsm[col + 2 * e + 1]));
                 }
                 *at = make_uint4(wv[0], wv[1], wv[2], wv[3]);
               }
@@ -552,7 +561,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         cur[4 * n8 + 2] *= qf[1] * f.x;
         cur[4 * n8 + 3] *= qf[1] * f.y;
       }
-    } else if constexpr (kNormA) {
+    } else if constexpr (kNormA && !kColW) {
 #pragma unroll
       for (int n8 = 0; n8 < NC / 8; ++n8)
 #pragma unroll
@@ -722,8 +731,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if constexpr (kColW) mbar_wait(&a_ready, 0);  // A's columns weighted
     issue_s(s0, 0);
     wgmma_wait<0>();
-    if constexpr (kNormA) {
-      if constexpr (!kColW) mbar_wait(&a_ready, 0);
+    if constexpr (kNormA && !kColW) {  // (with weights, A's rows were rewritten normalized)
+      mbar_wait(&a_ready, 0);
       qf[0] = nfac[64 * rg + 16 * w + g];
       qf[1] = nfac[64 * rg + 16 * w + g + 8];
     }

@@ -829,6 +829,9 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
   // in 7.00 against 7.12, and 8 under clusters of 4 (attention_softmax) alike (7.14).
   const int64_t min_split = p.cluster > 1 ? 5 : 16;
   p.key_split = a.online && kp.grid < t.sm_count && chunks / p.cluster >= min_split ? 2 : 1;
+  // Row norms' warpgroup leaves two consumers 200 registers each, too few for O's DV / 2
+  // accumulators beside two S and two P buffers past DV 128.
+  if ((a.q_norm.on || a.k_norm.on) && a.dv > 128) p.key_split = 1;
   // Shared memory: Q, a ring per consumer and, with a cluster, the receive area of the pushed
   // exchange (every CTA's partial of this CTA's share of O's n8 blocks plus one row unit, 2 KB a
   // unit) where it fits beside the rings; else the exchange pulls from the idle rings (the
@@ -843,7 +846,9 @@ std::optional<AttentionKernel> AttentionKernel::match(const PlanContext& ctx, in
     return q_bytes + p.key_split * stages * stage +
            (norm ? (64 + p.key_split * stages * 64 + a.d) * 4 : 0);
   };
-  auto room = [&](int64_t bytes) { return bytes + 1024 <= t.smem_per_block; };
+  // + 1024 for alignment and the kernel's static mbarriers (AttnCfg::kStaticBytes): a
+  // configuration that filled the limit with dynamic bytes alone would fail to launch.
+  auto room = [&](int64_t bytes) { return bytes + 1024 + 512 <= t.smem_per_block; };
   auto choose_stages = [&]() {
     for (int st = 4; st >= 3; --st)
       if (room(rings(st) + recv)) return st;
