@@ -494,12 +494,11 @@ std::vector<PGraph> enumerate_rewrites(const PGraph& base, const VariantOptions&
       hoisted.push_back(std::move(h));
     }
   }
-  // Every subset's unsplit form first, then the splits of each: variants run a few at a time
-  // (one per search thread, each through all its partitions), so under a time limit only the
-  // first ones are explored. A hoist is what lets a one-kernel form exist at all (an attention's
-  // P V with the division by the row sum after it), where a split only divides a reduction: with
-  // each subset's splits right after it, an attention over rms-normed Q and K with a softmax
-  // (three algebra bases, ~140 variants) never reached its hoisted base in 90 s on 2 threads.
+  // Every subset's unsplit form first, then the splits of each: the search takes variants in list
+  // order (one-kernel partitions first, then the rest: search.cpp), so under a time limit the
+  // first ones are explored further. A hoist is what lets a one-kernel form exist at all (an
+  // attention's P V with the division by the row sum after it), where a split only divides a
+  // reduction.
   std::vector<PGraph> out(hoisted.begin(), hoisted.end());
   for (const PGraph& h : hoisted) {
     if (!opt.split) continue;

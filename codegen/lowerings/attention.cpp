@@ -237,8 +237,8 @@ class Matcher {
 
   // An input tile of the products, directly (N-major) or through a transpose of the last two
   // dims (K-major). With `norm`, the transposed tile may be a row norm of the input (row_norm):
-  // K stored keys x D, each key normalized over D, which the runtime does in shared memory; an
-  // N-major tile's rows are not keys, so it is never normalized there.
+  // K stored keys x D, each key normalized over D (the runtime's key factors); an N-major tile's
+  // rows are not keys, so it is never normalized there.
   bool operand(int id, int& input, bool& nmajor, AttentionNorm* norm = nullptr) {
     const BlockOp& op = bg_.ops[id];
     if (op.kind == OpKind::Input) {
@@ -258,14 +258,6 @@ class Matcher {
     return true;
   }
 
-  // Whether op `id` is a row norm of an input tile X: X * h(ss), ss the sum (or mean) over X's
-  // last dim of X^2 (square(X) or X * X), h any elementwise function of ss and constants
-  // (rms_norm without a weight: X / sqrt(ss / n + eps), maybe times a scale the algebra moved
-  // onto it); X itself is only multiplied, divided or negated (the factor's expression is the
-  // same op applied to the factor, with X's place taken by 1). The plan gets h
-  // (or 1 / h) as float32 C++ over `ss`, the sum of squares. The ops become Prologue (the
-  // runtime's normalizer threads do them in shared memory, rounding X's rows back to X's type,
-  // as a 16-bit tile of the graph is); X's op is `input`.
   // Whether op `i` is an input tile holding one value per column of a `cols`-wide row, the same
   // for every block and iteration (rms_norm's weight: a [cols] tensor read whole).
   bool column_weight(int i, int64_t cols) const {
@@ -281,6 +273,14 @@ class Matcher {
     return numel(td.shape) == cols;
   }
 
+  // Whether op `id` is a row norm of an input tile X: X * h(ss), ss the sum (or mean) over X's
+  // last dim of X^2 (square(X) or X * X), h any elementwise function of ss and constants
+  // (rms_norm without a weight: X / sqrt(ss / n + eps), maybe times a scale the algebra moved
+  // onto it), at most one column weight multiplied on (column_weight: rms_norm's); X itself is
+  // only multiplied, divided or negated (the factor's expression is the same op applied to the
+  // factor, with X's place taken by 1). The plan gets the factor as float32 C++ over `ss`, the sum
+  // of squares, and the weight's input; the ops become Prologue (the runtime computes the factors
+  // and scales S); X's op is `input`.
   bool row_norm(int id, int& input, AttentionNorm& nm) {
     const BlockOp& op = bg_.ops[id];
     const OpClass c = op_info(op.kind).cls;
@@ -971,7 +971,7 @@ void AttentionKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp
   K.f("static constexpr bool kOnline = {};", a.online ? "true" : "false");
   K.f("static constexpr float kExpScale = {};", flit(a.online ? a.exp_scale : 1.0));
   K.f("static constexpr float kPCoef = {};", flit(a.online ? a.p_coef : 1.0));
-  // Row norms of Q's rows and K's keys (runtime: the normalizer threads, in shared memory).
+  // Row norms of Q's rows and K's keys (runtime: the normalizer warpgroup's factors scale S).
   K.f("static constexpr bool kNormA = {};", a.q_norm.on ? "true" : "false");
   K.f("static constexpr bool kNormK = {};", a.k_norm.on ? "true" : "false");
   for (auto [name, nm] : {std::pair{"norm_a", &a.q_norm}, std::pair{"norm_k", &a.k_norm}}) {

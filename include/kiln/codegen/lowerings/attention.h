@@ -9,7 +9,7 @@
 //   O = accum_sum(P V);   R_j = accum_sum(r_j)
 // and save elementwise functions of O and the R_j (row values broadcast along O's columns),
 // where Q may also be a row norm of the input tile (X * h(sum of X^2 over D)) and K the transpose
-// of such a norm of a [Nt, D] tile (rms-normed queries and keys, normalized in shared memory),
+// of such a norm of a [Nt, D] tile (rms-normed queries and keys: their factors scale S),
 // where f and g_j are elementwise expressions of S and constants, and the loop walks the keys of
 // K and V in lock step (no loop: one iteration). Every op of the graph must be one of these.
 // The lowering keeps the block graph's grid (each block's tiles, its key range and its outputs
@@ -64,12 +64,12 @@ struct AttentionStore {
   std::string result;
 };
 
-// A row norm of an operand (Q's rows, or K's keys with K stored keys x D), done by the runtime in
-// shared memory before the products read it: each row x becomes x * factor(ss), ss the row's sum
-// of squares in float32, the result rounded to the operand type.
-// With a weight (rms_norm's, per column of the row: x * factor(ss) * w), the weights of Q's and
-// K's norms both multiply Q's columns instead (S sums over those columns), which the runtime
-// rewrites once in shared memory.
+// A row norm of an operand (Q's rows, or K's keys with K stored keys x D): each row x stands for
+// x * factor(ss), ss the row's sum of squares in float32. The runtime does not rewrite the tiles:
+// it computes the factors from shared memory and scales S's rows and columns by them. With a
+// weight (rms_norm's, per column of the row: x * factor(ss) * w), the weights of Q's and K's
+// norms both multiply Q's columns instead (S sums over those columns), which the runtime rewrites
+// once in shared memory.
 struct AttentionNorm {
   bool on = false;
   std::vector<std::string> statements;  // float32 C++ over `ss`: locals, then
