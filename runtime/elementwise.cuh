@@ -144,19 +144,40 @@ struct Square {
 struct Tanh {
   KILN_DEV float operator()(float x) const { return tanhf(x); }
 };
-// 1 / (1 + e^-x) with e^-x through __expf (Exp's error bound: below 1e-5 relative, within the
-// tolerances) and the reciprocal rounded to nearest; e^-x overflows to +inf for x < -88 and the
-// reciprocal is then exactly 0.
+// The hardware's ex2 and reciprocal with subnormal inputs and results flushed to zero: one MUFU
+// instruction each, where the non-flushing forms (__expf's ex2.approx.f32, __fdividef) add range
+// checks and rescaling around it.
+KILN_DEV float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+KILN_DEV float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// e^-x as 2^(-x log2 e): the error of Exp (below 1e-5 relative, within the tolerances); e^-x
+// overflows to +inf for x < -88.7.
+KILN_DEV float exp_neg_ftz(float x) {
+  return ex2_ftz(x * -1.4426950408889634f);
+}
+// 1 / (1 + e^-x), the reciprocal approximate (1 ulp); where e^-x overflows the reciprocal is
+// exactly 0, and where 1 + e^-x passes 2^126 (x < -87.3) it flushes to 0 (sigmoid x < 1e-38).
 struct Sigmoid {
-  KILN_DEV float operator()(float x) const { return __frcp_rn(1.0f + __expf(-x)); }
+  KILN_DEV float operator()(float x) const { return rcp_ftz(1.0f + exp_neg_ftz(x)); }
 };
-// x / (1 + e^-x) through __expf and the approximate divide (__fdividef, 2 ulp): about 1e-5
-// relative at worst (e^-x as in Exp), and 0 where 1 + e^-x passes 2^126 (x < -87.3, where
-// |silu x| < 1e-36). A GEMM epilogue runs between tiles on the tensor cores' critical path:
-// measured on the H100 (tests/gpu/gemm_ws_bench.cu), silu(x + bias) after a 4096 x 14336 x 4096
-// bf16 GEMM took 903 us with expf and the IEEE divide, 761 with these, 680 without an epilogue.
+// x / (1 + e^-x) as x times Sigmoid: about 1e-5 relative at worst (e^-x as in Exp), and 0 where
+// 1 + e^-x passes 2^126 (x < -87.3, where |silu x| < 1e-36). A GEMM epilogue runs between tiles
+// on the tensor cores' critical path, and a GEMM at full rate is power-bound (an H200 at 700 W
+// ran it at 1.2-1.3 GHz of 1.98), so its instructions cost time even where ping-pong hides their
+// latency. Measured: on the H100 (tests/gpu/gemm_ws_bench.cu) silu(x + bias) after a 4096 x 14336
+// x 4096 bf16 GEMM took 903 us with expf and the IEEE divide, 761 with __expf and __fdividef,
+// 680 without an epilogue; on an H200 (session 23, ping-pong, three alternations) this form took
+// 767-786 us against 779-824 with __expf and __fdividef, and the gated pair's silu(x) y of a
+// 2048 x 14336 x 4096 MLP 692-721 against 730-763.
 struct Silu {
-  KILN_DEV float operator()(float x) const { return __fdividef(x, 1.0f + __expf(-x)); }
+  KILN_DEV float operator()(float x) const { return x * rcp_ftz(1.0f + exp_neg_ftz(x)); }
 };
 struct Relu {
   KILN_DEV float operator()(float x) const { return fmaxf(x, 0.0f); }
