@@ -329,7 +329,12 @@ class Matcher {
           if (!side(in, e)) return false;
           xs.push_back(e);
         }
-        out = fused_value(b, xs, nm.statements);
+        out = apply_block_op<std::string>(
+            b, xs,
+            [&](OpKind k, const Attrs& at, const std::vector<std::string>& a) {
+              return bind(cgen::ew_expr(k, at, a), nm.statements, "n");
+            },
+            [](double v) { return cgen::flit(v); });
       } else {
         return false;
       }
@@ -343,6 +348,36 @@ class Matcher {
       std::string e;  // the value, or its factor where linear
       bool lin = false;
       int weight = -1;  // a per-column weight: its input op
+    };
+    // One elementwise step over values of the form above; `broken` once one is not.
+    bool broken = false;
+    auto step = [&](OpKind k, const Attrs& at, const std::vector<Val>& xs) {
+      Val v;
+      std::vector<std::string> args;
+      int lins = 0, weights = 0;
+      for (const Val& x : xs) {
+        args.push_back(x.e);
+        lins += x.lin ? 1 : 0;
+        weights += x.weight >= 0 ? 1 : 0;
+      }
+      if (weights > 0) {
+        // X * factor times a weight per column (rms_norm's weight): at most one, multiplied.
+        if (weights != 1 || lins != 1 || k != OpKind::Mul || nm.weight_io >= 0)
+          return broken = true, v;
+        const Val& w = xs[0].weight >= 0 ? xs[0] : xs[1];
+        v = xs[0].lin ? xs[0] : xs[1];
+        nm.weight_io = bg_.ops[w.weight].io;
+        marked.push_back(w.weight);
+      } else if (lins == 0) {
+        v.e = bind(cgen::ew_expr(k, at, args), nm.statements, "n");
+      } else if (lins == 1 &&
+                 (k == OpKind::Mul || k == OpKind::Neg || (k == OpKind::Div && xs[0].lin))) {
+        v.lin = true;
+        v.e = bind(cgen::ew_expr(k, at, args), nm.statements, "n");
+      } else {
+        broken = true;
+      }
+      return v;
     };
     std::map<int, Val> lin_memo;
     std::function<bool(int, Val&)> value = [&](int i, Val& out) -> bool {
@@ -362,50 +397,12 @@ class Matcher {
         if (!value(in, v)) return false;
         vals.push_back(v);
       }
-      std::vector<ThreadOp> steps;
-      if (bc == OpClass::Fused) {
-        steps = b.thread->ops;
-      } else {
-        ThreadOp t;
-        t.kind = b.kind;
-        t.attrs = b.attrs;
-        for (size_t k = 0; k < b.inputs.size(); ++k) t.inputs.push_back(static_cast<int>(k));
-        steps.push_back(t);
-      }
-      for (const ThreadOp& to : steps) {
-        if (to.kind == OpKind::Constant) {
-          vals.push_back({cgen::flit(to.attrs.value), false});
-          continue;
-        }
-        std::vector<std::string> args;
-        int lins = 0, weights = 0;
-        for (int r : to.inputs) {
-          args.push_back(vals[r].e);
-          lins += vals[r].lin ? 1 : 0;
-          weights += vals[r].weight >= 0 ? 1 : 0;
-        }
-        Val v;
-        if (weights > 0) {
-          // X * factor times a weight per column (rms_norm's weight): at most one, multiplied.
-          if (weights != 1 || lins != 1 || to.kind != OpKind::Mul || nm.weight_io >= 0)
-            return false;
-          const Val& w = vals[to.inputs[0]].weight >= 0 ? vals[to.inputs[0]] : vals[to.inputs[1]];
-          v = vals[to.inputs[0]].lin ? vals[to.inputs[0]] : vals[to.inputs[1]];
-          nm.weight_io = bg_.ops[w.weight].io;
-          marked.push_back(w.weight);
-        } else if (lins == 0) {
-          v.e = bind_norm(cgen::ew_expr(to.kind, to.attrs, args), nm.statements);
-        } else if (lins == 1 && (to.kind == OpKind::Mul || to.kind == OpKind::Neg ||
-                                 (to.kind == OpKind::Div && vals[to.inputs[0]].lin))) {
-          v.lin = true;
-          v.e = bind_norm(cgen::ew_expr(to.kind, to.attrs, args), nm.statements);
-        } else {
-          return false;
-        }
-        vals.push_back(v);
-      }
-      if (!vals.back().lin) return false;  // a same-shape value free of X: not a row factor
-      out = vals.back();
+      const Val v = apply_block_op<Val>(b, vals, step, [](double c) {
+        return Val{cgen::flit(c), false};
+      });
+      // (not linear: a same-shape value free of X is not a row factor)
+      if (broken || !v.lin) return false;
+      out = v;
       lin_memo[i] = out;
       marked.push_back(i);
       return true;
@@ -419,28 +416,6 @@ class Matcher {
     prologue_of_[id] = x;
     for (int i : marked) role_[i] = Role::Prologue, prologue_of_[i] = x;
     return true;
-  }
-
-  // A fused (or plain elementwise) block op's value over its inputs' expressions, its steps
-  // bound to norm statements.
-  std::string fused_value(const BlockOp& b, const std::vector<std::string>& xs,
-                          std::vector<std::string>& stmts) {
-    if (b.kind != OpKind::Fused) return bind_norm(cgen::ew_expr(b.kind, b.attrs, xs), stmts);
-    std::vector<std::string> vals = xs;
-    for (const ThreadOp& to : b.thread->ops) {
-      std::vector<std::string> args;
-      for (int r : to.inputs) args.push_back(vals[r]);
-      vals.push_back(to.kind == OpKind::Constant
-                         ? cgen::flit(to.attrs.value)
-                         : bind_norm(cgen::ew_expr(to.kind, to.attrs, args), stmts));
-    }
-    return vals.back();
-  }
-
-  std::string bind_norm(const std::string& e, std::vector<std::string>& stmts) {
-    std::string v = "n" + std::to_string(norm_temps_++);
-    stmts.push_back("const float " + v + " = " + e + ";");
-    return v;
   }
 
   // Whether op `id` is elementwise in mm1's result (and constants), marking it.
@@ -586,7 +561,7 @@ class Matcher {
     double a = 0, b = 0;
   };
 
-  static Form apply_form(OpKind k, const std::vector<Form>& x) {
+  static Form apply_form(OpKind k, const Attrs&, const std::vector<Form>& x) {
     using F = Form;
     auto known = [](double v) { return std::isfinite(v); };
     auto make = [&](F::Kind kind, double a, double b) {
@@ -629,10 +604,11 @@ class Matcher {
     }
   }
 
-  // Applies op `op` (elementwise or fused) to its inputs' abstract values; constants give `leaf`.
+  // Applies op `op` (elementwise or fused) to its inputs' abstract values: apply(kind, attrs,
+  // args) per step; constants give `leaf`.
   template <class V, class Apply, class Const>
   static V apply_block_op(const BlockOp& op, const std::vector<V>& ins, Apply apply, Const leaf) {
-    if (op.kind != OpKind::Fused) return apply(op.kind, ins);
+    if (op.kind != OpKind::Fused) return apply(op.kind, op.attrs, ins);
     std::vector<V> vals = ins;
     for (const ThreadOp& to : op.thread->ops) {
       if (to.kind == OpKind::Constant) {
@@ -641,7 +617,7 @@ class Matcher {
       }
       std::vector<V> args;
       for (int r : to.inputs) args.push_back(vals[r]);
-      vals.push_back(apply(to.kind, args));
+      vals.push_back(apply(to.kind, to.attrs, args));
     }
     return vals.back();
   }
@@ -668,7 +644,7 @@ class Matcher {
   // The degree of an epilogue value in (O, R_j) jointly, for a common positive factor: v(l O,
   // l R) = l^d v(O, R) for every l > 0; nullopt where there is none.
   using Degree = std::optional<int>;
-  static Degree apply_degree(OpKind k, const std::vector<Degree>& x) {
+  static Degree apply_degree(OpKind k, const Attrs&, const std::vector<Degree>& x) {
     for (const Degree& d : x)
       if (!d) return std::nullopt;
     switch (k) {
@@ -749,8 +725,11 @@ class Matcher {
     return v;
   }
 
-  std::string bind(const std::string& e, std::vector<std::string>& stmts) {
-    std::string v = (elem_ ? "e" : "t") + std::to_string(stmts.size());
+  // A local for e appended to stmts, named after its index there (prefix: e for S's elementwise
+  // region, t for the epilogue, n for a row norm's factor).
+  std::string bind(const std::string& e, std::vector<std::string>& stmts,
+                   const char* prefix = nullptr) {
+    std::string v = (prefix ? prefix : elem_ ? "e" : "t") + std::to_string(stmts.size());
     stmts.push_back("const float " + v + " = " + e + ";");
     return v;
   }
@@ -767,7 +746,6 @@ class Matcher {
   std::vector<Role> role_;
   std::map<int, int> row_of_;       // reduction op -> row feed index
   std::map<int, int> prologue_of_;  // prologue op -> the input op it normalizes
-  int norm_temps_ = 0;
   std::map<int, std::string> memo_;
   std::set<std::string> per_row_;  // epilogue values the same along a row (apply)
 };
