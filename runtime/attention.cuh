@@ -282,13 +282,6 @@ KILN_DEV void attn_half_rows_sumsq(const char* const (&row)[U], const int (&r)[U
   }
 }
 
-// 2^x by the hardware (MUFU.EX2; 2^-inf = 0). Its arguments here are <= 0 (s <= the row max).
-KILN_DEV float attn_ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <class C, class Fn>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     attn_kernel(const __grid_constant__ TmaDesc map_a, const __grid_constant__ TmaDesc map_k,
@@ -626,7 +619,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     auto pe = [&](float v, float sh, float(&rh)[R]) {
       if constexpr (Fn::kOnline) {
         constexpr float kL2 = Fn::kExpScale * 1.4426950408889634f;
-        const float p = Fn::kPCoef * attn_ex2(fmaf(v, kL2, -sh * kL2));
+        // 2^x by the hardware (elementwise.cuh; 2^-inf = 0): x <= 0 here (s <= the row max).
+        const float p = Fn::kPCoef * ex2_ftz(fmaf(v, kL2, -sh * kL2));
         fn.online_feeds(p, rh);
         return p;
       } else {
