@@ -336,7 +336,6 @@ class BranchRunner {
             !pruner_->keep(exprs_[n])) {
           prune(-1, "expr", fmt::format("{} = {}", v_.nodes[n].name, exprs_[n].str()));
           out_.pruned = true;
-          done_ = true;
           flush(true);
           return;
         }
@@ -348,11 +347,11 @@ class BranchRunner {
     flush(false);
   }
 
+  // Called once, after first(); a variant pruned there has no partitions left.
   Branch rest() {
-    if (!done_) {
+    if (!out_.pruned) {
       for (; next_cut_ < cuts_.size() && !sh_.stopped(); ++next_cut_)
         run_partition(partition_at(order_, cuts_[next_cut_]));
-      done_ = true;
       flush(true);
     }
     return std::move(out_);
@@ -410,7 +409,6 @@ class BranchRunner {
     updates_.clear();
   }
 
-  bool done_ = false;
   std::vector<int> order_;
   std::vector<std::vector<size_t>> cuts_;
   size_t next_cut_ = 0;
