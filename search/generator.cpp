@@ -129,6 +129,48 @@ int PGraph::reduced_label(int n) const {
   return -1;
 }
 
+namespace {
+// exp(a - max(a)), as store_unbounded_intermediates tells it: in (0, 1].
+bool is_shifted_exp(const PGraph& g, const PNode& x) {
+  if (x.kind != OpKind::Exp) return false;
+  const PNode& d = g.nodes[x.inputs[0]];
+  return d.kind == OpKind::Sub && g.nodes[d.inputs[1]].kind == OpKind::Max &&
+         g.nodes[d.inputs[1]].inputs[0] == d.inputs[0];
+}
+}  // namespace
+
+int overflowing_exp(const PGraph& g, const std::vector<Magnitude>& mags) {
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const PNode& x = g.nodes[n];
+    if (x.kind == OpKind::Exp && !is_shifted_exp(g, x) && exp_overflows(mags[x.inputs[0]]))
+      return static_cast<int>(n);
+  }
+  return -1;
+}
+
+std::vector<Magnitude> node_magnitudes(const PGraph& g) {
+  std::vector<Magnitude> mag(g.nodes.size(), Magnitude::input());
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const PNode& x = g.nodes[n];
+    if (x.kind == OpKind::Input) continue;
+    std::vector<Magnitude> ins;
+    for (int i : x.inputs) ins.push_back(mag[i]);
+    int64_t reduced = 1;
+    if (!x.inputs.empty()) {
+      const Shape& in = g.nodes[x.inputs[0]].shape;
+      if (x.kind == OpKind::MatMul || x.kind == OpKind::RmsNorm)
+        reduced = in.empty() ? 1 : in.back();
+      if (x.kind == OpKind::MatMul && x.split > 0)
+        reduced = (reduced + x.split - 1) / x.split;
+      else if (is_reduce(x.kind))
+        reduced = std::max<int64_t>(1, numel(in) / std::max<int64_t>(1, numel(x.shape)));
+    }
+    mag[n] = op_magnitude(x.kind, x.attrs, ins, reduced,
+                          x.inputs.size() == 2 && x.inputs[0] == x.inputs[1], is_shifted_exp(g, x));
+  }
+  return mag;
+}
+
 void assign_labels(PGraph& g) {
   UnionFind uf;
   std::vector<std::vector<int>> slot(g.nodes.size());

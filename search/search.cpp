@@ -154,6 +154,9 @@ struct Shared {
   const ProgressFn* progress = nullptr;
   Clock::time_point last_progress;
   std::atomic<double> best_us{0};
+  // The spec as written (its primitive graph) has an exp that may overflow f32 at std 1
+  // (overflowing_exp): variants are then not held to a rule the spec breaks itself.
+  bool spec_exp_overflows = false;
   std::mutex pruned_mu;
   std::map<std::string, int64_t> pruned;
 
@@ -320,6 +323,7 @@ class BranchRunner {
         sink_(sink),
         index_(index) {
     for (const TensorDesc& t : spec.tensors) spec_dtypes_[t.name] = t.dtype;
+    mags_ = node_magnitudes(v_);
   }
 
   // The branch in two parts, so that every variant's one-kernel form is costed before any
@@ -339,6 +343,20 @@ class BranchRunner {
           flush(true);
           return;
         }
+    }
+    // A variant may not overflow where the spec as written does not: the algebra's cancelled
+    // softmax shift (exp(x - max x) / sum -> exp(x) / sum, docs/algebra.md) holds exp(x) in f32
+    // only while x stays below ~88, and softmax(X W) at k 4096 reaches ~384 at std 1. Every such
+    // kernel but the online attention (which puts the max back, and lowers the spec as written
+    // too) failed the float check, after its schedules and checks had cost the search's time.
+    if (const int e = overflowing_exp(v_, mags_); e >= 0 && !sh_.spec_exp_overflows) {
+      prune(-1, "range",
+            fmt::format("{}: exp of values up to about {:.3g} at std 1 overflows f32 (the spec "
+                        "as written does not)",
+                        v_.nodes[e].name, mags_[v_.nodes[e].inputs[0]].bound));
+      out_.pruned = true;
+      flush(true);
+      return;
     }
     order_ = canonical_order(v_);
     cuts_ = enumerate_partition_cuts(v_, order_, cfg_.max_kernels);
@@ -591,6 +609,16 @@ class BranchRunner {
                         : std::string());
         return memo_.emplace(grp, std::move(r)).first->second;
       }
+      // The same rule for the variant's own nodes (a decomposed rms_norm's square(X W)): a value
+      // whose magnitude at std 1 outgrows its 16-bit dtype may not cross kernels in it.
+      if (magnitude_overflows(mags_[o], v_.device_dtype(o))) {
+        prune(r.state, "range",
+              tracing() ? fmt::format("{} would cross kernels in {}; it reaches about {:.3g} at "
+                                      "std 1, past the dtype's range",
+                                      n.name, dtype_name(v_.device_dtype(o)), mags_[o].bound)
+                        : std::string());
+        return memo_.emplace(grp, std::move(r)).first->second;
+      }
     }
     std::vector<Choice> all;
     bool single = grp.size() == 1 && predefined_ok(v_, grp[0]);
@@ -726,6 +754,7 @@ class BranchRunner {
 
   const KernelGraph& spec_;
   std::map<std::string, DType> spec_dtypes_;  // the spec's tensors by name
+  std::vector<Magnitude> mags_;               // per node of v_: its magnitude at std 1
   const PGraph& v_;
   Shared& sh_;
   Pruner* pruner_;
@@ -1049,6 +1078,7 @@ SearchResult run_search(const KernelGraph& spec, const SearchConfig& config, Tra
   // The bases: the spec's primitive graph, then the algebra pass's graphs, each proven equal to
   // the spec before any of its candidates can rank.
   std::vector<PGraph> bases{expand_spec(spec)};
+  sh.spec_exp_overflows = overflowing_exp(bases[0], node_magnitudes(bases[0])) >= 0;
   const double algebra_from = sh.elapsed();
   if (config.variants.algebra) {
     const double share = std::min(config.variants.algebra_seconds, 0.05 * own_s);

@@ -6,6 +6,7 @@
 
 #include "json_util.h"
 #include "kiln/ir/diag.h"
+#include "kiln/ir/magnitude.h"
 
 namespace kiln {
 
@@ -333,6 +334,24 @@ KernelGraph widen_storage(const KernelGraph& g, const std::vector<bool>& widen,
   return std::move(kb).finish();
 }
 
+// What op sums over, for its magnitude: a matmul's k, a reduction's input elements per output,
+// an rms_norm's row length; 1 for any other op.
+int64_t reduced_extent(const KernelGraph& g, const KernelOp& op) {
+  if (op.inputs.empty()) return 1;
+  const Shape& in = g.tensor(op.inputs[0]).shape;
+  switch (op_info(op.kind).cls) {
+    case OpClass::Matmul:
+      return in.empty() ? 1 : in.back();
+    case OpClass::Reduce:
+      return std::max<int64_t>(
+          1, numel(in) / std::max<int64_t>(1, numel(g.tensor(op.outputs[0]).shape)));
+    case OpClass::RmsNorm:
+      return in.empty() ? 1 : in.back();
+    default:
+      return 1;
+  }
+}
+
 bool has_graph_defined(const KernelGraph& g) {
   for (const KernelOp& op : g.ops)
     if (op.kind == OpKind::GraphDefined) return true;
@@ -371,16 +390,25 @@ KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
   };
   // unbounded[t]: t's range is not bounded for std-1 inputs (the spec format's range rule).
   std::vector<bool> unbounded(nt, false), widen(nt, false);
+  // mag[t]: how large t gets at std 1 (magnitude.h): a square or product of matmuls outgrows f16.
+  std::vector<Magnitude> mag(nt, Magnitude::input());
+  // An output no op reads needs no f32 twin: its own dtype is the spec's to choose.
+  std::vector<bool> read(nt, false), is_output(nt, false);
+  for (const KernelOp& op : g.ops)
+    for (int in : op.inputs) read[in] = true;
+  for (int o : g.outputs) is_output[o] = true;
   bool change = false;
   for (const KernelOp& op : g.ops) {
     const int t = op.outputs[0];
     bool u = false;
     for (int in : op.inputs) u = u || unbounded[in];
+    bool shifted_exp = false;
     if (op.kind == OpKind::Exp) {
       // exp(a - max(a)) is in (0, 1]; any other exponent may be large (Q K^T at std 1: e^40).
       const KernelOp* d = op_of(op.inputs[0]);
       const KernelOp* m = d && d->kind == OpKind::Sub ? op_of(d->inputs[1]) : nullptr;
-      u = !(m && m->kind == OpKind::Max && m->inputs[0] == d->inputs[0]);
+      shifted_exp = m && m->kind == OpKind::Max && m->inputs[0] == d->inputs[0];
+      u = !shifted_exp;
     } else if (op.kind == OpKind::Div) {
       // e / sum(e) with e = exp(...) >= 0 and the sum kept in place: in [0, 1].
       const KernelOp* e = op_of(op.inputs[0]);
@@ -393,7 +421,12 @@ KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
       u = false;  // bounded (or logarithmic) whatever the input
     }
     unbounded[t] = u;
-    widen[t] = u && g.tensor(t).dtype != DType::F32;
+    std::vector<Magnitude> ins;
+    for (int in : op.inputs) ins.push_back(mag[in]);
+    mag[t] = op_magnitude(op.kind, op.attrs, ins, reduced_extent(g, op),
+                          op.inputs.size() == 2 && op.inputs[0] == op.inputs[1], shifted_exp);
+    widen[t] = (u || magnitude_overflows(mag[t], g.tensor(t).dtype)) &&
+               g.tensor(t).dtype != DType::F32 && (read[t] || !is_output[t]);
     change |= widen[t];
   }
   return change ? widen_storage(g, widen, std::vector<bool>(nt, true)) : g;

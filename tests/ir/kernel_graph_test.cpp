@@ -1,5 +1,6 @@
 // Invariants of kernel graphs: shape and dtype inference for every predefined op class, names,
 // and graph-defined ops agreeing with their block graphs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "kiln/ir/diag.h"
@@ -287,6 +288,32 @@ TEST(KernelGraph, UnboundedIntermediatesAreStoredInF32) {
   ASSERT_GE(g.producer(x2), 0);
   EXPECT_EQ(g.ops[g.producer(x2)].inputs[0], g.find_tensor("X_f32"));
   for (size_t i = 0; i < g.outputs.size(); ++i) EXPECT_EQ(g.tensor(g.outputs[i]).dtype, DType::F16);
+}
+
+// The magnitude rule (magnitude.h): square(X W) at k 3072 reaches ~1.1e5 at std 1, past f16, so
+// the intermediate is stored in f32; at k 256 (~9.2e3) it stays f16; bf16 holds either.
+TEST(KernelGraph, IntermediatesPastF16AtStd1AreStoredInF32) {
+  auto spec = [](int k, const char* dt) {
+    return parse_spec(fmt::format(R"({{"name": "sq", "inputs": [
+        {{"name": "X", "shape": [4, {0}], "dtype": "{1}"}}, {{"name": "W", "shape": [{0}, 32], "dtype": "{1}"}}],
+      "nodes": [{{"name": "H", "op": "matmul", "inputs": ["X", "W"]}},
+                {{"name": "S", "op": "square", "inputs": ["H"]}},
+                {{"name": "M", "op": "mean", "inputs": ["S"], "attrs": {{"dim": -1}}}},
+                {{"name": "P", "op": "mul", "inputs": ["H", "H"]}},
+                {{"name": "O", "op": "add", "inputs": ["M", "P"]}}],
+      "outputs": ["O", "S"]}})",
+                                  k, dt));
+  };
+  const KernelGraph big = spec(3072, "f16");
+  EXPECT_EQ(dtype_of(big, "H"), DType::F16);      // X W itself: ~330 at std 1
+  EXPECT_EQ(dtype_of(big, "S"), DType::F16);      // an output keeps its dtype ...
+  EXPECT_EQ(dtype_of(big, "S_f32"), DType::F32);  // ... and its readers read a twin
+  EXPECT_EQ(dtype_of(big, "M"), DType::F16);      // a mean of 32 squares: ~1.1e4
+  EXPECT_EQ(dtype_of(big, "P"), DType::F32);
+  const KernelGraph small = spec(256, "f16");
+  for (const TensorDesc& t : small.tensors) EXPECT_EQ(t.dtype, DType::F16) << t.name;
+  const KernelGraph wide = spec(3072, "bf16");
+  for (const TensorDesc& t : wide.tensors) EXPECT_EQ(t.dtype, DType::BF16) << t.name;
 }
 
 }  // namespace

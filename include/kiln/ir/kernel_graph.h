@@ -102,10 +102,11 @@ KernelGraph store_exact_intermediates(const KernelGraph& g);
 // range is safe for std-1 inputs. Returns g (predefined ops only) with every intermediate whose
 // range is unbounded stored in f32: the result of an exp whose argument is not x - max(x) (or a
 // softmax), and what is computed from one, up to a normalization e / sum(e) (or a log, tanh,
-// sigmoid, softmax, rms_norm), which bounds it again; a 16-bit output of that kind gets an f32
-// twin for its readers. Output dtypes and the function are unchanged; the spec's own kernels are
-// then right on std-1 inputs (gqa's exp(Q K^T) reaches e^40), and the search starts from these
-// dtypes.
+// sigmoid, softmax, rms_norm), which bounds it again; and every f16 intermediate whose magnitude
+// at std 1 (magnitude.h: sums and products, such as square(X W) at k 2048) passes 65504. A 16-bit
+// output of either kind gets an f32 twin for its readers. Output dtypes and the function are
+// unchanged; the spec's own kernels are then right on std-1 inputs (gqa's exp(Q K^T) reaches e^40),
+// and the search starts from these dtypes.
 KernelGraph store_unbounded_intermediates(const KernelGraph& g);
 
 }  // namespace kiln

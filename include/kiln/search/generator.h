@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kiln/ir/kernel_graph.h"
+#include "kiln/ir/magnitude.h"
 #include "kiln/ir/target.h"
 
 namespace kiln::search {
@@ -83,6 +84,12 @@ PGraph expand_spec(const KernelGraph& spec);
 PGraph primitive_graph(const KernelGraph& g);
 // Recomputes labels of a graph after a rewrite.
 void assign_labels(PGraph& g);
+// Per node: its magnitude at std 1 (magnitude.h). A split partial sums its share of the reduced
+// extent; a combine sums over the split.
+std::vector<Magnitude> node_magnitudes(const PGraph& g);
+// The first exp, not of x - max(x), whose argument may pass f32's exp range at std 1 (the
+// magnitudes of node_magnitudes); -1 if none.
+int overflowing_exp(const PGraph& g, const std::vector<Magnitude>& mags);
 
 struct VariantOptions {
   // The algebra pass (algebra.h: an e-graph of the spec's primitive graph, saturated under these
