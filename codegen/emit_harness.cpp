@@ -302,9 +302,10 @@ std::string emit_harness(const KernelGraph& candidate, const KernelGraph& spec,
       "// Kiln GPU harness for {0}: checks kiln_{0} against a float64 reference of spec {1}, then\n"
       "// times it (CUDA-graph replays, inputs rotating over enough copies to defeat L2).\n"
       "// Build: {2}\n"
-      "// Run:   ./{3} [--check-only | --kernel-only] [--seed S] [--repeats R]\n"
-      "//        [--checks C] [--input-std S]  (checks alternate uniform and normal std-1\n"
-      "//        inputs; --input-std S gives every check std S, 0: uniform)\n"
+      "// Run:   ./{3} [--check-only | --no-check | --kernel-only] [--seed S] [--repeats R]\n"
+      "//        [--checks C] [--input-std S] [--copies N]  (checks alternate uniform and normal\n"
+      "//        std-1 inputs; --input-std S gives every check std S, 0: uniform; the timing\n"
+      "//        rotates over N input sets, by default enough to stream twice the L2)\n"
       "// Prints: KILN_RESULT name={0} ok=0|1 err=MAX_REL_ERR us=MEDIAN_US ... checks=N exempt=E;\n"
       "// exit 0 ok, 1 mismatch, 2 CUDA error.\n\n",
       name, spec.name, nvcc_command(file, exe, opt.emit.arch), exe));
