@@ -2,6 +2,7 @@
 #include "kiln/search/enumerate.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -127,7 +128,68 @@ struct Node {
   std::vector<std::vector<int>> ins;
   int compute = 0;  // ops added
   int log = -1;     // index in the states log
+  // Per op: the graph label of each tile dim (PGraph::labels; -1 where unknown or broadcast).
+  std::vector<std::vector<int>> labels;
 };
+
+// The labels of a new op's tile from its operands' (tile_labels of the inputs), or nullopt where
+// a matmul would contract dims of different labels: abstract expressions cannot tell X Y from
+// X Y^T (no dims in them), so without labels the enumerator offered in_X * in_X for X X^T (one
+// tensor in two roles, one iterator), which only the verifier rejected. -1 matches any label.
+std::optional<std::vector<int>> op_labels(const VocabOp& v, const std::vector<Shape>& shapes,
+                                          const std::vector<std::vector<int>>& in) {
+  auto same = [](int a, int b) { return a < 0 || b < 0 || a == b; };
+  auto pick = [](int a, int b) { return a >= 0 ? a : b; };
+  // Broadcast alignment from the right; a dim of extent 1 takes the other operand's label.
+  auto broadcast = [&](const std::vector<int>& a, const Shape& sa, const std::vector<int>& b,
+                       const Shape& sb, size_t drop) {
+    const size_t ra = a.size() - drop, rb = b.size() - drop, r = std::max(ra, rb);
+    std::vector<int> out(r, -1);
+    for (size_t k = 0; k < r; ++k) {
+      const int la = k < ra ? a[ra - 1 - k] : -1, lb = k < rb ? b[rb - 1 - k] : -1;
+      const int64_t ea = k < ra ? sa[ra - 1 - k] : 1;
+      out[r - 1 - k] = ea == 1 ? pick(lb, la) : pick(la, lb);
+    }
+    return out;
+  };
+  const OpClass c = op_info(v.kind).cls;
+  if (in.empty()) return std::vector<int>{};
+  if (in[0].size() != shapes[0].size()) return std::vector<int>(shapes[0].size(), -1);
+  switch (c) {
+    case OpClass::Matmul: {
+      const std::vector<int>&a = in[0], &b = in[1];
+      if (a.size() < 2 || b.size() < 2 || b.size() != shapes[1].size()) return std::nullopt;
+      if (!same(a.back(), b[b.size() - 2])) return std::nullopt;
+      std::vector<int> out = broadcast(a, shapes[0], b, shapes[1], 2);
+      out.push_back(a[a.size() - 2]);
+      out.push_back(b.back());
+      return out;
+    }
+    case OpClass::Binary:
+      if (in[1].size() != shapes[1].size()) return std::vector<int>(shapes[0].size(), -1);
+      return broadcast(in[0], shapes[0], in[1], shapes[1], 0);
+    case OpClass::Reduce: {
+      std::vector<int> out = in[0];
+      const int64_t r = static_cast<int64_t>(out.size());
+      const int64_t d = v.attrs.dim < 0 ? v.attrs.dim + r : v.attrs.dim;
+      if (d < 0 || d >= r) return std::vector<int>(shapes[0].size(), -1);
+      if (v.attrs.keepdim)
+        out[d] = -1;
+      else
+        out.erase(out.begin() + d);
+      return out;
+    }
+    case OpClass::Transpose: {
+      const std::vector<int> perm = transpose_perm(v.attrs, in[0].size());
+      std::vector<int> out;
+      for (int q : perm)
+        out.push_back(q >= 0 && q < static_cast<int>(in[0].size()) ? in[0][q] : -1);
+      return out;
+    }
+    default:
+      return in[0];  // elementwise and accumulators keep their first operand's dims
+  }
+}
 
 class Enumerator {
  public:
@@ -155,7 +217,7 @@ class Enumerator {
   }
 
   EnumResult run() {
-    Node root{start_builder(g_, group_, s_, io_), {}, {}, {}, {}, 0, -1};
+    Node root{start_builder(g_, group_, s_, io_), {}, {}, {}, {}, 0, -1, {}};
     const BlockGraph& bg = root.bb.peek();
     fed_ = static_cast<int>(bg.ops.size());
     for (int i = 0; i < fed_; ++i) {
@@ -163,6 +225,13 @@ class Enumerator {
       root.canon.push_back(canonical(root.memo[i], popt_));
       root.vocab.push_back(-1);
       root.ins.push_back({});
+      // An input tile keeps its tensor's dims (start_builder: input k reads io_.inputs[k]).
+      const BlockOp& o = bg.ops[i];
+      std::vector<int> l(o.shape.size(), -1);
+      if (o.kind == OpKind::Input && o.io >= 0 && o.io < static_cast<int>(io_.inputs.size()) &&
+          g_.labels[io_.inputs[o.io]].size() == o.shape.size())
+        l = g_.labels[io_.inputs[o.io]];
+      root.labels.push_back(std::move(l));
     }
     for (int limit = 1; limit <= opt_.max_ops && !res_.budget_hit; ++limit) {
       limit_ = limit;
@@ -272,6 +341,13 @@ class Enumerator {
           }
           e = abstract_op(vo.kind, vo.attrs, args, shapes);
         }
+        std::vector<std::vector<int>> in_labels;
+        for (int i : in) in_labels.push_back(n.labels[i]);
+        std::optional<std::vector<int>> labels = op_labels(vo, shapes, in_labels);
+        if (!labels) {
+          prune(id, "map");
+          continue;
+        }
         if (pruner_ && !pruner_->keep(e)) {
           prune(id, "absexpr");
           continue;
@@ -295,6 +371,7 @@ class Enumerator {
         }
         c.memo.push_back(e);
         c.canon.push_back(ce);
+        c.labels.push_back(std::move(*labels));
         c.vocab.push_back(static_cast<int>(v));
         c.ins.push_back(in);
         c.compute++;

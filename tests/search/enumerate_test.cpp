@@ -177,5 +177,32 @@ TEST(Enumerate, FeedsTheSearch) {
   EXPECT_LE(r.best().cost.time, off.best().cost.time);  // enumeration never makes it worse
 }
 
+// One tensor in two roles (X X^T, one iterator for X): abstract expressions have no dims, so they
+// cannot tell in_X * in_X from in_X * in_X^T; the labels of the tiles' dims can. Looped over K
+// (a square [64, 64] tile) the enumerator used to offer in_X * in_X, which only the verifier
+// rejected once the search's beam kept it; every recipe it offers now is equivalent to the spec.
+TEST(Enumerate, MatmulsContractDimsOfOneLabel) {
+  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  PGraph g = expand_spec(spec);
+  Pruner p = Pruner::for_spec(spec);
+  EnumOptions o;
+  o.max_results = 1000;
+  Schedule s;
+  s.loop_label = g.labels[g.inputs[0]][1];  // K
+  s.loop_range = 2;
+  EnumResult r =
+      enumerate_block_graphs(g, canonical_order(g), s, exprs_of(g), &p, default_target(), o);
+  EXPECT_GT(r.pruned["map"], 0);
+  for (const BlockRecipe& rc : r.recipes) {
+    Lowered l = instantiate(g, canonical_order(g), s, rc, default_target(), 64);
+    if (!l.block) continue;
+    KernelGraph k = assemble(g, {{canonical_order(g), l.block}}, Arch::Sm90a);
+    EXPECT_TRUE(verifier::verify(spec, k, {}).equivalent()) << rc.str();
+  }
+}
+
 }  // namespace
 }  // namespace kiln::search
