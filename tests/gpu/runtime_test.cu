@@ -1134,6 +1134,8 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_f32x3(prop, 260, 264, 1030, false, false, 1);
   test_f32x3(prop, 260, 264, 1030, false, true, 5);
   test_f32x3(prop, 64, 128, 4100, false, false, 3);
+  test_f32x3(prop, 131, 509, 257, false, false);  // small K: splits of 4 k-tiles
+  test_f32x3(prop, 40, 72, 33, true, true);       // 6 k-tiles: one split
   test_f32x3_batched(prop, 1, 8, 256, 384, 512, false, false);
   test_f32x3_batched(prop, 2, 3, 77, 136, 200, true, false, 1);
   test_f32x3_batched(prop, 3, 2, 130, 40, 1030, false, true, 4);
