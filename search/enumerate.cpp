@@ -153,12 +153,15 @@ std::optional<std::vector<int>> op_labels(const VocabOp& v, const std::vector<Sh
     return out;
   };
   const OpClass c = op_info(v.kind).cls;
+  // A label vector that does not match its tile's rank is unknown, and so is what follows from
+  // it (an empty vector): only two known, different labels prune.
+  for (size_t k = 0; k < in.size(); ++k)
+    if (in[k].size() != shapes[k].size()) return std::vector<int>{};
   if (in.empty()) return std::vector<int>{};
-  if (in[0].size() != shapes[0].size()) return std::vector<int>(shapes[0].size(), -1);
   switch (c) {
     case OpClass::Matmul: {
       const std::vector<int>&a = in[0], &b = in[1];
-      if (a.size() < 2 || b.size() < 2 || b.size() != shapes[1].size()) return std::nullopt;
+      if (a.size() < 2 || b.size() < 2) return std::vector<int>{};
       if (!same(a.back(), b[b.size() - 2])) return std::nullopt;
       std::vector<int> out = broadcast(a, shapes[0], b, shapes[1], 2);
       out.push_back(a[a.size() - 2]);
@@ -166,13 +169,12 @@ std::optional<std::vector<int>> op_labels(const VocabOp& v, const std::vector<Sh
       return out;
     }
     case OpClass::Binary:
-      if (in[1].size() != shapes[1].size()) return std::vector<int>(shapes[0].size(), -1);
       return broadcast(in[0], shapes[0], in[1], shapes[1], 0);
     case OpClass::Reduce: {
       std::vector<int> out = in[0];
       const int64_t r = static_cast<int64_t>(out.size());
       const int64_t d = v.attrs.dim < 0 ? v.attrs.dim + r : v.attrs.dim;
-      if (d < 0 || d >= r) return std::vector<int>(shapes[0].size(), -1);
+      if (d < 0 || d >= r) return std::vector<int>{};
       if (v.attrs.keepdim)
         out[d] = -1;
       else

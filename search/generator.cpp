@@ -131,11 +131,14 @@ int PGraph::reduced_label(int n) const {
 
 namespace {
 // exp(a - max(a)), as store_unbounded_intermediates tells it: in (0, 1].
+// A split variant's max is a combine over partial maxes of x: look through combines.
 bool is_shifted_exp(const PGraph& g, const PNode& x) {
   if (x.kind != OpKind::Exp) return false;
   const PNode& d = g.nodes[x.inputs[0]];
-  return d.kind == OpKind::Sub && g.nodes[d.inputs[1]].kind == OpKind::Max &&
-         g.nodes[d.inputs[1]].inputs[0] == d.inputs[0];
+  if (d.kind != OpKind::Sub) return false;
+  int m = d.inputs[1];
+  while (g.nodes[m].combine && !g.nodes[m].inputs.empty()) m = g.nodes[m].inputs[0];
+  return g.nodes[m].kind == OpKind::Max && g.nodes[m].inputs[0] == d.inputs[0];
 }
 }  // namespace
 

@@ -316,5 +316,23 @@ TEST(KernelGraph, IntermediatesPastF16AtStd1AreStoredInF32) {
   for (const TensorDesc& t : wide.tensors) EXPECT_EQ(t.dtype, DType::BF16) << t.name;
 }
 
+// A Llama MLP after its norm, in f16 at k 1024: silu(N W1) * (N W3) with N = rms_norm(X, g)
+// reaches ~2e4 at std 1 and stays f16. The norm's bound is its input's bound over rms (6), not
+// the worst case sqrt(n) (32 here), which made every product of such matmuls look past f16.
+TEST(KernelGraph, NormedMlpIntermediatesStayF16) {
+  const KernelGraph g = parse_spec(R"({"name": "mlp", "inputs": [
+      {"name": "X", "shape": [4, 1024], "dtype": "f16"}, {"name": "g", "shape": [1024], "dtype": "f16"},
+      {"name": "W1", "shape": [1024, 512], "dtype": "f16"}, {"name": "W3", "shape": [1024, 512], "dtype": "f16"},
+      {"name": "W2", "shape": [512, 1024], "dtype": "f16"}],
+    "nodes": [{"name": "N", "op": "rms_norm", "inputs": ["X", "g"]},
+              {"name": "H1", "op": "matmul", "inputs": ["N", "W1"]},
+              {"name": "H3", "op": "matmul", "inputs": ["N", "W3"]},
+              {"name": "S", "op": "silu", "inputs": ["H1"]},
+              {"name": "M", "op": "mul", "inputs": ["S", "H3"]},
+              {"name": "O", "op": "matmul", "inputs": ["M", "W2"]}],
+    "outputs": ["O"]})");
+  for (const TensorDesc& t : g.tensors) EXPECT_EQ(t.dtype, DType::F16) << t.name;
+}
+
 }  // namespace
 }  // namespace kiln

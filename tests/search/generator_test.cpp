@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "search_test_util.h"
@@ -243,6 +246,25 @@ TEST(Generator, ACappedScheduleListKeepsNiceTilesFirst) {
   std::set<std::string> names;
   for (const Schedule& s : every) names.insert(s.str(g));
   for (const Schedule& s : kept) EXPECT_TRUE(names.count(s.str(g))) << s.str(g);
+}
+
+// softmax(X W) at k 4096 has logits up to ~384 at std 1, but its exp is of x - max(x) <= 0. A
+// split variant computes the max as a combine of partial maxes; it is still shifted, so no
+// variant of the spec as written overflows exp (only the algebra's cancelled shift does, and
+// the search prunes those variants).
+TEST(Generator, SplitSoftmaxVariantsKeepTheirShift) {
+  KernelGraph spec = parse_spec(R"({"name": "logits", "inputs": [
+      {"name": "X", "shape": [4, 4096], "dtype": "f16"},
+      {"name": "W", "shape": [4096, 96], "dtype": "f16"}],
+    "nodes": [{"name": "L", "op": "matmul", "inputs": ["X", "W"]},
+              {"name": "P", "op": "softmax", "inputs": ["L"]}], "outputs": ["P"]})");
+  int splits = 0;
+  for (const PGraph& v : enumerate_variants(expand_spec(spec), {})) {
+    SCOPED_TRACE(fmt::format("{}", fmt::join(v.rewrites, "; ")));
+    EXPECT_EQ(overflowing_exp(v, node_magnitudes(v)), -1);
+    for (const PNode& n : v.nodes) splits += n.combine && n.kind == OpKind::Max;
+  }
+  EXPECT_GT(splits, 0);  // some variant splits the softmax's max
 }
 
 }  // namespace
