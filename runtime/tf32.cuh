@@ -280,8 +280,9 @@ inline int tf32_padded_k(int K) {
 
 // The split-K factor gemm_f32x3_launch uses on a GPU of `sms` SMs: 1 where the 128 x 128 tiles
 // fill the SMs, else up to enough splits to fill them, each split at least 16 of the 3 Kp / 32
-// k-tiles (4 where there are fewer than 32), at most 16 splits. The planner calls it with the target's SM count to size the
-// workspace; a launch on a GPU with another count passes that count's splits.
+// k-tiles (4 where there are fewer than 32), at most 16 splits. The planner calls it with the
+// target's SM count to size the workspace; a launch on a GPU with another count passes that
+// count's splits.
 inline int gemm_f32x3_splits(int M, int N, int K, int sms, int batch = 1) {
   const int tiles = ((M + 127) / 128) * ((N + 127) / 128) * batch;
   const int ktiles = 3 * tf32_padded_k(K) / 32;

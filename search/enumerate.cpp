@@ -132,7 +132,7 @@ struct Node {
   std::vector<std::vector<int>> labels;
 };
 
-// The labels of a new op's tile from its operands' (tile_labels of the inputs), or nullopt where
+// The labels of a new op's tile from its operands' (Node::labels of its inputs), or nullopt where
 // a matmul would contract dims of different labels: abstract expressions cannot tell X Y from
 // X Y^T (no dims in them), so without labels the enumerator offered in_X * in_X for X X^T (one
 // tensor in two roles, one iterator), which only the verifier rejected. -1 matches any label.
@@ -142,7 +142,7 @@ std::optional<std::vector<int>> op_labels(const VocabOp& v, const std::vector<Sh
   auto pick = [](int a, int b) { return a >= 0 ? a : b; };
   // Broadcast alignment from the right; a dim of extent 1 takes the other operand's label.
   auto broadcast = [&](const std::vector<int>& a, const Shape& sa, const std::vector<int>& b,
-                       const Shape& sb, size_t drop) {
+                       size_t drop) {
     const size_t ra = a.size() - drop, rb = b.size() - drop, r = std::max(ra, rb);
     std::vector<int> out(r, -1);
     for (size_t k = 0; k < r; ++k) {
@@ -155,21 +155,21 @@ std::optional<std::vector<int>> op_labels(const VocabOp& v, const std::vector<Sh
   const OpClass c = op_info(v.kind).cls;
   // A label vector that does not match its tile's rank is unknown, and so is what follows from
   // it (an empty vector): only two known, different labels prune.
+  if (in.empty()) return std::vector<int>{};
   for (size_t k = 0; k < in.size(); ++k)
     if (in[k].size() != shapes[k].size()) return std::vector<int>{};
-  if (in.empty()) return std::vector<int>{};
   switch (c) {
     case OpClass::Matmul: {
       const std::vector<int>&a = in[0], &b = in[1];
       if (a.size() < 2 || b.size() < 2) return std::vector<int>{};
       if (!same(a.back(), b[b.size() - 2])) return std::nullopt;
-      std::vector<int> out = broadcast(a, shapes[0], b, shapes[1], 2);
+      std::vector<int> out = broadcast(a, shapes[0], b, 2);
       out.push_back(a[a.size() - 2]);
       out.push_back(b.back());
       return out;
     }
     case OpClass::Binary:
-      return broadcast(in[0], shapes[0], in[1], shapes[1], 0);
+      return broadcast(in[0], shapes[0], in[1], 0);
     case OpClass::Reduce: {
       std::vector<int> out = in[0];
       const int64_t r = static_cast<int64_t>(out.size());

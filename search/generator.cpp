@@ -158,16 +158,10 @@ std::vector<Magnitude> node_magnitudes(const PGraph& g) {
     if (x.kind == OpKind::Input) continue;
     std::vector<Magnitude> ins;
     for (int i : x.inputs) ins.push_back(mag[i]);
-    int64_t reduced = 1;
-    if (!x.inputs.empty()) {
-      const Shape& in = g.nodes[x.inputs[0]].shape;
-      if (x.kind == OpKind::MatMul || x.kind == OpKind::RmsNorm)
-        reduced = in.empty() ? 1 : in.back();
-      if (x.kind == OpKind::MatMul && x.split > 0)
-        reduced = (reduced + x.split - 1) / x.split;
-      else if (is_reduce(x.kind))
-        reduced = std::max<int64_t>(1, numel(in) / std::max<int64_t>(1, numel(x.shape)));
-    }
+    int64_t reduced =
+        x.inputs.empty() ? 1 : magnitude_extent(x.kind, g.nodes[x.inputs[0]].shape, x.shape);
+    // A split partial matmul sums its share of k (a partial reduction's output shape has it).
+    if (x.kind == OpKind::MatMul && x.split > 0) reduced = (reduced + x.split - 1) / x.split;
     mag[n] = op_magnitude(x.kind, x.attrs, ins, reduced,
                           x.inputs.size() == 2 && x.inputs[0] == x.inputs[1], is_shifted_exp(g, x));
   }

@@ -334,24 +334,6 @@ KernelGraph widen_storage(const KernelGraph& g, const std::vector<bool>& widen,
   return std::move(kb).finish();
 }
 
-// What op sums over, for its magnitude: a matmul's k, a reduction's input elements per output,
-// an rms_norm's row length; 1 for any other op.
-int64_t reduced_extent(const KernelGraph& g, const KernelOp& op) {
-  if (op.inputs.empty()) return 1;
-  const Shape& in = g.tensor(op.inputs[0]).shape;
-  switch (op_info(op.kind).cls) {
-    case OpClass::Matmul:
-      return in.empty() ? 1 : in.back();
-    case OpClass::Reduce:
-      return std::max<int64_t>(
-          1, numel(in) / std::max<int64_t>(1, numel(g.tensor(op.outputs[0]).shape)));
-    case OpClass::RmsNorm:
-      return in.empty() ? 1 : in.back();
-    default:
-      return 1;
-  }
-}
-
 bool has_graph_defined(const KernelGraph& g) {
   for (const KernelOp& op : g.ops)
     if (op.kind == OpKind::GraphDefined) return true;
@@ -423,7 +405,11 @@ KernelGraph store_unbounded_intermediates(const KernelGraph& g) {
     unbounded[t] = u;
     std::vector<Magnitude> ins;
     for (int in : op.inputs) ins.push_back(mag[in]);
-    mag[t] = op_magnitude(op.kind, op.attrs, ins, reduced_extent(g, op),
+    const int64_t extent =
+        op.inputs.empty()
+            ? 1
+            : magnitude_extent(op.kind, g.tensor(op.inputs[0]).shape, g.tensor(t).shape);
+    mag[t] = op_magnitude(op.kind, op.attrs, ins, extent,
                           op.inputs.size() == 2 && op.inputs[0] == op.inputs[1], shifted_exp);
     widen[t] = (u || magnitude_overflows(mag[t], g.tensor(t).dtype)) &&
                g.tensor(t).dtype != DType::F32 && (read[t] || !is_output[t]);

@@ -154,6 +154,18 @@ Magnitude op_magnitude(OpKind kind, const Attrs& attrs, const std::vector<Magnit
   return Magnitude::unknown();
 }
 
+int64_t magnitude_extent(OpKind kind, const Shape& in, const Shape& out) {
+  switch (op_info(kind).cls) {
+    case OpClass::Matmul:
+    case OpClass::RmsNorm:
+      return in.empty() ? 1 : in.back();
+    case OpClass::Reduce:
+      return std::max<int64_t>(1, numel(in) / std::max<int64_t>(1, numel(out)));
+    default:
+      return 1;
+  }
+}
+
 bool magnitude_overflows(const Magnitude& m, DType dtype) {
   return m.known && dtype == DType::F16 && m.bound > 65504.0;
 }

@@ -39,6 +39,11 @@ struct Magnitude {
 Magnitude op_magnitude(OpKind kind, const Attrs& attrs, const std::vector<Magnitude>& in,
                        int64_t reduced, bool same_inputs, bool shifted_exp);
 
+// What an op of `kind` sums over, for op_magnitude's `reduced`, from its first input's shape and
+// its output's: a matmul's k, a reduction's input elements per output, an rms_norm's row length;
+// 1 for any other op.
+int64_t magnitude_extent(OpKind kind, const Shape& in, const Shape& out);
+
 // A known magnitude that a dtype cannot hold: f16 values past 65504 overflow (bf16 and f32
 // share f32's exponent range, which these estimates never approach before an exp does).
 bool magnitude_overflows(const Magnitude& m, DType dtype);
