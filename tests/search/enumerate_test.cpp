@@ -11,6 +11,7 @@
 #include "kiln/search/prune.h"
 #include "kiln/search/search.h"
 #include "kiln/verifier/verify.h"
+#include "search_test_util.h"
 
 namespace kiln::search {
 namespace {
@@ -182,10 +183,7 @@ TEST(Enumerate, FeedsTheSearch) {
 // (a square [64, 64] tile) the enumerator used to offer in_X * in_X, which only the verifier
 // rejected once the search's beam kept it; every recipe it offers now is equivalent to the spec.
 TEST(Enumerate, MatmulsContractDimsOfOneLabel) {
-  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
-      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
-    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
-              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  KernelGraph spec = testing::gram();
   PGraph g = expand_spec(spec);
   Pruner p = Pruner::for_spec(spec);
   EnumOptions o;

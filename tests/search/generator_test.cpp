@@ -141,10 +141,7 @@ TEST(Generator, SplitKLowersToPartialAndCombine) {
 // ambiguous label gridded, which enumerate_schedules never offers) is a generator bug; assembly
 // refuses it, so it costs that candidate only, never a graph with the wrong outputs.
 TEST(Generator, AssemblyRefusesAKernelOutputOfTheWrongShape) {
-  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
-      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
-    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
-              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  KernelGraph spec = testing::gram();
   PGraph g = expand_spec(spec);
   std::vector<int> grp = canonical_order(g);
   Schedule s;
@@ -160,10 +157,7 @@ TEST(Generator, AssemblyRefusesAKernelOutputOfTheWrongShape) {
 // such a label for both uses (the tile of B would be the rows of A's tile), so no schedule may
 // grid or loop over it, and no variant may split it.
 TEST(Generator, ALabelTwiceInOneTensorIsNeverGriddedLoopedOrSplit) {
-  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
-      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
-    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
-              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  KernelGraph spec = testing::gram();
   PGraph g = expand_spec(spec);
   const int x = g.inputs[0], o = g.outputs[0];
   const int rows = g.labels[x][0];
@@ -253,11 +247,7 @@ TEST(Generator, ACappedScheduleListKeepsNiceTilesFirst) {
 // variant of the spec as written overflows exp (only the algebra's cancelled shift does, and
 // the search prunes those variants).
 TEST(Generator, SplitSoftmaxVariantsKeepTheirShift) {
-  KernelGraph spec = parse_spec(R"({"name": "logits", "inputs": [
-      {"name": "X", "shape": [4, 4096], "dtype": "f16"},
-      {"name": "W", "shape": [4096, 96], "dtype": "f16"}],
-    "nodes": [{"name": "L", "op": "matmul", "inputs": ["X", "W"]},
-              {"name": "P", "op": "softmax", "inputs": ["L"]}], "outputs": ["P"]})");
+  KernelGraph spec = testing::logits_softmax();
   int splits = 0;
   for (const PGraph& v : enumerate_variants(expand_spec(spec), {})) {
     SCOPED_TRACE(fmt::format("{}", fmt::join(v.rewrites, "; ")));

@@ -79,10 +79,7 @@ TEST(Search, ANodeOfConstantsAloneIsFusedIntoItsConsumer) {
 // has the spec's outputs and the winner is verified (it was a user error, exit 2, when a
 // schedule gridded X's rows for both operands).
 TEST(Search, OneTensorInTwoRolesGivesVerifiedCandidates) {
-  KernelGraph spec = parse_spec(R"({"name": "gram", "inputs": [
-      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
-    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
-              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+  KernelGraph spec = testing::gram();
   SearchResult r = run_search(spec, small_config());
   EXPECT_EQ(r.stop, StopReason::Exhausted);
   EXPECT_EQ(r.stats.rejected, 0);
@@ -444,11 +441,7 @@ TEST(Search, ValuesPastF16AtStd1DoNotCrossKernelsInF16) {
 // written subtracts the max, so it does not overflow); before, every one of their candidates
 // failed the float check with an infinite error, after costing their schedules and checks.
 TEST(Search, VariantsThatOverflowExpWhereTheSpecDoesNotArePruned) {
-  KernelGraph spec = parse_spec(R"({"name": "logits", "inputs": [
-      {"name": "X", "shape": [4, 4096], "dtype": "f16"},
-      {"name": "W", "shape": [4096, 96], "dtype": "f16"}],
-    "nodes": [{"name": "L", "op": "matmul", "inputs": ["X", "W"]},
-              {"name": "P", "op": "softmax", "inputs": ["L"]}], "outputs": ["P"]})");
+  KernelGraph spec = testing::logits_softmax();
   SearchConfig c = small_config();
   c.top_k = 4;
   SearchResult r = run_search(spec, c);

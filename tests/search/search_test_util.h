@@ -42,4 +42,21 @@ inline KernelGraph small_matmul() {
     "outputs": ["O"]})");
 }
 
+// X X^T: one tensor in two roles, read through one iterator.
+inline KernelGraph gram() {
+  return parse_spec(R"({"name": "gram", "inputs": [
+      {"name": "X", "shape": [64, 128], "dtype": "f16"}],
+    "nodes": [{"name": "XT", "op": "transpose", "inputs": ["X"]},
+              {"name": "O", "op": "matmul", "inputs": ["X", "XT"]}], "outputs": ["O"]})");
+}
+
+// softmax(X W) at k 4096: logits up to ~384 at std 1, past f32's exp without the max.
+inline KernelGraph logits_softmax() {
+  return parse_spec(R"({"name": "logits", "inputs": [
+      {"name": "X", "shape": [4, 4096], "dtype": "f16"},
+      {"name": "W", "shape": [4096, 96], "dtype": "f16"}],
+    "nodes": [{"name": "L", "op": "matmul", "inputs": ["X", "W"]},
+              {"name": "P", "op": "softmax", "inputs": ["L"]}], "outputs": ["P"]})");
+}
+
 }  // namespace kiln::search::testing
