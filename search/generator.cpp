@@ -151,6 +151,41 @@ int overflowing_exp(const PGraph& g, const std::vector<Magnitude>& mags) {
   return -1;
 }
 
+std::vector<std::string> range_hints(const KernelGraph& spec) {
+  const PGraph g = expand_spec(spec);
+  const std::vector<Magnitude> mags = node_magnitudes(g);
+  std::vector<std::string> hints;
+  for (int o : g.outputs) {
+    const PNode& x = g.nodes[o];
+    // An unshifted exp's magnitude is unknown (magnitude.h); its argument's bound says enough.
+    if (x.kind == OpKind::Exp && !is_shifted_exp(g, x) && x.dtype == DType::F16) {
+      const Magnitude& arg = mags[x.inputs[0]];
+      if (arg.known && arg.bound > std::log(65504.0))
+        hints.push_back(fmt::format(
+            "output {} is f16 and the exp of values that reach about {:.3g} at std-1 inputs: "
+            "e^{:.3g} is past f16's largest value (65504), so no kernel can be right there; "
+            "make the inputs f32 or bf16, or subtract a max (softmax) first",
+            x.name, arg.bound, arg.bound));
+      continue;
+    }
+    if (!magnitude_overflows(mags[o], x.dtype)) continue;
+    hints.push_back(fmt::format(
+        "output {} is {}, and at std-1 inputs its values reach about {:.2g} (rms {:.2g}), past "
+        "f16's largest value (65504): its float64 reference does not fit the output's dtype, so "
+        "no kernel can be right there; make the inputs it is computed from f32 or bf16, or "
+        "scale them down",
+        x.name, dtype_name(x.dtype), mags[o].bound, mags[o].rms));
+  }
+  if (const int e = overflowing_exp(g, mags); e >= 0)
+    hints.push_back(fmt::format(
+        "exp at {} may see arguments up to about {:.3g} at std-1 inputs, past f32's exp range "
+        "(88.7), and the spec subtracts no max from them: a softmax (or a max subtracted before "
+        "the exp) keeps such a spec finite",
+        g.nodes[e].name.empty() ? fmt::format("node {}", e) : g.nodes[e].name,
+        mags[g.nodes[e].inputs[0]].bound));
+  return hints;
+}
+
 std::vector<Magnitude> node_magnitudes(const PGraph& g) {
   std::vector<Magnitude> mag(g.nodes.size(), Magnitude::input());
   for (size_t n = 0; n < g.nodes.size(); ++n) {

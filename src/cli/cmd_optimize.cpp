@@ -31,6 +31,7 @@
 #include "kiln/ir/diag.h"
 #include "kiln/ir/json_io.h"
 #include "kiln/search/cache.h"
+#include "kiln/search/generator.h"
 #include "kiln/search/profile.h"
 #include "kiln/search/search.h"
 #include "kiln/search/trace.h"
@@ -347,15 +348,19 @@ void add_optimize(CLI::App& app) {
     };
     if (res.ranked.empty()) {
       nlohmann::json report = base_report();
-      ship_nothing(
+      std::string why =
           res.out_of_time
-              ? fmt::format("the {:g} s time limit passed before a float check could run on any "
-                            "candidate or the spec (nothing unchecked ships); raise --time-limit",
-                            time_limit)
+              ? fmt::format(
+                    "the {:g} s time limit passed before a float check could run on any "
+                    "candidate or the spec (nothing unchecked ships); raise --time-limit",
+                    time_limit)
               : "every candidate, the spec's own kernel graph included, failed the verifier or the "
                 "float check (uniform and std-1 normal inputs, f16/bf16 storage as the GPU keeps "
-                "it)",
-          report);
+                "it)";
+      // A likely cause the user can act on: the spec's own values leave their dtype's range.
+      if (!res.out_of_time)
+        for (const std::string& h : search::range_hints(spec)) why += "; likely cause: " + h;
+      ship_nothing(why, report);
       return;
     }
     // Profile after the cache: measurements are this machine's and are never stored.

@@ -257,5 +257,45 @@ TEST(Generator, SplitSoftmaxVariantsKeepTheirShift) {
   EXPECT_GT(splits, 0);  // some variant splits the softmax's max
 }
 
+// range_hints names what the magnitudes see for a spec that cannot be right at std 1: an f16
+// output past 65504 (a SwiGLU with std-1 weights at k 4096), an exp without a max of values past
+// f32's exp range; a spec whose values fit gets none.
+TEST(Generator, RangeHintsNameOutputsPastTheirDtype) {
+  auto spec = [](const char* dt, const char* tail) {
+    return parse_spec(fmt::format(R"({{"name": "h",
+      "inputs": [{{"name": "X", "shape": [4, 4096], "dtype": "{0}"}},
+                 {{"name": "W1", "shape": [4096, 64], "dtype": "{0}"}},
+                 {{"name": "W3", "shape": [4096, 64], "dtype": "{0}"}}],
+      "nodes": [{{"name": "G", "op": "matmul", "inputs": ["X", "W1"]}},
+                {{"name": "U", "op": "matmul", "inputs": ["X", "W3"]}},
+                {1}],
+      "outputs": ["Y"]}})",
+                                  dt, tail));
+  };
+  const std::string gate =
+      R"({"name": "S", "op": "silu", "inputs": ["G"]}, {"name": "Y", "op": "mul", "inputs": ["S", "U"]})";
+  std::vector<std::string> h = range_hints(spec("f16", gate.c_str()));
+  ASSERT_EQ(h.size(), 1u) << fmt::format("{}", fmt::join(h, "\n"));
+  EXPECT_NE(h[0].find("output Y is f16"), std::string::npos) << h[0];
+  EXPECT_TRUE(range_hints(spec("bf16", gate.c_str())).empty());
+  // The same product over k 64 stays far below 65504.
+  KernelGraph k64 = parse_spec(R"({"name": "h",
+      "inputs": [{"name": "X", "shape": [4, 64], "dtype": "f16"},
+                 {"name": "W1", "shape": [64, 64], "dtype": "f16"},
+                 {"name": "W3", "shape": [64, 64], "dtype": "f16"}],
+      "nodes": [{"name": "G", "op": "matmul", "inputs": ["X", "W1"]},
+                {"name": "U", "op": "matmul", "inputs": ["X", "W3"]},
+                {"name": "S", "op": "silu", "inputs": ["G"]},
+                {"name": "Y", "op": "mul", "inputs": ["S", "U"]}],
+      "outputs": ["Y"]})");
+  EXPECT_TRUE(range_hints(k64).empty());
+  // exp of logits up to ~384 without a max overflows f32; with softmax's max it does not.
+  std::vector<std::string> e =
+      range_hints(spec("f32", R"({"name": "Y", "op": "exp", "inputs": ["G"]})"));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("f32's exp range"), std::string::npos) << e[0];
+  EXPECT_TRUE(range_hints(testing::logits_softmax()).empty());
+}
+
 }  // namespace
 }  // namespace kiln::search

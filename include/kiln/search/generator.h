@@ -90,6 +90,12 @@ std::vector<Magnitude> node_magnitudes(const PGraph& g);
 // The first exp, not of x - max(x), whose argument may pass f32's exp range at std 1 (the
 // magnitudes of node_magnitudes); -1 if none.
 int overflowing_exp(const PGraph& g, const std::vector<Magnitude>& mags);
+// Why a spec may have no correct kernel at std-1 inputs, for a user whose search shipped
+// nothing: one sentence per output whose magnitude passes its own dtype's range (an f16 output
+// past 65504: the float64 reference itself does not fit) and per exp whose argument may pass
+// f32's exp range. Empty when the magnitudes see no such cause (which proves nothing either way:
+// a magnitude may be unknown).
+std::vector<std::string> range_hints(const KernelGraph& spec);
 
 struct VariantOptions {
   // The algebra pass (algebra.h: an e-graph of the spec's primitive graph, saturated under these
