@@ -140,7 +140,10 @@ int f32x3_splits(int64_t rows, int64_t n, int64_t k, int sms, int64_t batch) {
   // Each split walks at least 16 k-tiles, or 4 where K is small (under 32 k-tiles in all): there
   // 16 left one split, and 131 x 509 by K 257 ran 8 CTAs through 27 k-tiles (25.5 us, torch 8.7).
   const int64_t per = ktiles >= 32 ? 16 : 4;
-  const int64_t s = std::min<int64_t>({(sms + tiles - 1) / tiles, ktiles / per, 16});
+  // At most 16 splits, or 64 where 64 f32 partials of the output take at most 8 MB: a 32 x 64
+  // output over K 16384 (one tile) ran 47 us at 16 splits, 23 at 64 (H200, session 25).
+  const int64_t cap = rows * n * batch * 4 * 64 <= (int64_t(8) << 20) ? 64 : 16;
+  const int64_t s = std::min<int64_t>({(sms + tiles - 1) / tiles, ktiles / per, cap});
   return static_cast<int>(std::max<int64_t>(1, s));
 }
 
@@ -419,8 +422,24 @@ KernelCost block_graph_cost(const KernelOp& op, const Target& t, const BlockSche
     c.round_trips = 1;
     c.inflight_bytes = loop_in * I + invariant_in;
   }
+  // Input tiles copied without cp.async (rows cp.async cannot take: a 16-bit tile of odd row
+  // pitch) block the iteration that issues them: about one plain_copy_trip_s per 16 chunks a
+  // thread copies (kiln_cg.cuh load_tile), every iteration for a loop tile. Unmodeled, a 300 x
+  // 1001 by 1001 x 515 f16 block graph (39 such trips) was 6.6 us modeled and 71 us measured
+  // (H200, session 25).
+  int64_t plain_trips = 0;
+  if (plan && plan->tiles.size() == bg.ops.size())
+    for (size_t i = 0; i < bg.ops.size(); ++i) {
+      const BlockOp& o = bg.ops[i];
+      const TilePlan& tp = plan->tiles[i];
+      if (o.kind != OpKind::Input || tp.async || tp.load_vec < 1) continue;
+      const int64_t chunks = (numel(o.shape) / tp.load_vec + bg.block_threads - 1) /
+                             std::max<int64_t>(1, bg.block_threads);
+      plain_trips += (chunks + 15) / 16 * (o.stage == Stage::Loop ? c.iterations : 1);
+    }
   // The first round trip of a wave is part of t_fixed (first loads); later ones are not.
-  c.t_lat = double(c.waves) * double(std::max<int64_t>(0, c.round_trips - 1)) * k.dram_latency_s;
+  c.t_lat = double(c.waves) * double(std::max<int64_t>(0, c.round_trips - 1)) * k.dram_latency_s +
+            double(c.waves) * double(plain_trips) * k.plain_copy_trip_s;
   // Loop overhead: every iteration of a block costs a barrier, a pipeline wait and the issue of
   // its loads and fragment loads, a fixed part plus a part per warp. It is SM issue time, not
   // latency: the busiest SM runs ceil(B / SMs) blocks' iterations one after another.
@@ -442,7 +461,7 @@ namespace {
 // SMs its grid covers (the planner's launch grid; row-per-block reductions of few rows cover few
 // SMs); DRAM saturates once a fraction `saturation` of the SMs is busy.
 KernelCost generic_cost(const KernelGraph& g, const KernelOp& op, const Target& t, double e,
-                        double saturation, const KernelPlan* plan) {
+                        double saturation, const KernelPlan* plan, bool fma_matmul = false) {
   const CostConstants& k = cost_constants(t.arch);
   KernelCost c;
   c.name = op.name;
@@ -457,6 +476,9 @@ KernelCost generic_cost(const KernelGraph& g, const KernelOp& op, const Target& 
   if (op.kind == OpKind::MatMul) {
     c.tc_flops =
         matmul_tc_flops(g.tensor(op.inputs[0]).shape, g.tensor(op.inputs[1]).shape, out.shape);
+    // On the CUDA cores: the products at fma_matmul_efficiency of the FMA rate (compute runs at
+    // efficiency e below, hence the ratio).
+    if (fma_matmul) c.cuda_flops = c.tc_flops * e / k.fma_matmul_efficiency, c.tc_flops = 0;
   } else {
     double in_elems = 0;
     for (int i : op.inputs) in_elems = std::max(in_elems, double(numel(g.tensor(i).shape)));
@@ -491,6 +513,11 @@ KernelCost predefined_kernel_cost(const CostContext& x, double e, double saturat
 KernelCost predefined_kernel_cost(const CostContext& x) {
   const CostConstants& k = cost_constants(x.t.arch);
   return generic_cost(x.g, x.op, x.t, generic_efficiency(x.op, k), k.dram_saturation, &x.kp);
+}
+
+KernelCost predefined_fma_matmul_cost(const CostContext& x) {
+  const CostConstants& k = cost_constants(x.t.arch);
+  return generic_cost(x.g, x.op, x.t, k.predefined_efficiency, k.dram_saturation, &x.kp, true);
 }
 
 KernelCost unplanned_cost(const KernelGraph& g, const KernelOp& op, const Target& t) {

@@ -1269,6 +1269,72 @@ __global__ void __launch_bounds__(384, 1)
   if constexpr (CL > 1) cluster_sync_all();
 }
 
+// ---- 16-bit operands that TMA cannot address in place -----------------------------------------
+//
+// TMA needs 16-byte row strides: a weight stored K x N with N not a multiple of 8 (a prime N), or
+// any operand with such a K, cannot stream into the wgmma GEMM as stored. gemm16_staged_launch
+// copies them first: B as B^T [N, Kp] (K-major, whichever way it is stored) and, where A's rows
+// are not aligned, A as [M, Kp]; Kp is K rounded up to 64, zeros past K. One side of the copy:
+// X's R x K view, element (r, k) at X[r * ld + k] (trans 0) or X[k * ld + r] (trans 1).
+template <typename T>
+struct Stage16Side {
+  const T* x;
+  T* y;
+  int rows;
+  int trans;
+  int64_t ld;
+};
+
+// Grid (Kp / 64, a_tiles + b row tiles), block (32, 8): one 64 x 64 tile (rows r, columns k)
+// through shared memory, so that reads are coalesced whichever way the side is stored and the
+// copy's rows are written in 16-byte stores. Each thread has its 16 loads in flight before it
+// stores any (a copy of one element per load and store ran 34 us for a 12.5 MB weight on an
+// H200: latency, not bandwidth). Row tiles below a_tiles are A's (none where A is read in
+// place), the rest B's. Kp is a multiple of 64.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    stage16_kernel(Stage16Side<T> a, Stage16Side<T> b, int K, int Kp, int a_tiles) {
+  pdl_entry();                                     // before any load or store (base.cuh)
+  __shared__ __align__(16) uint16_t tile[64][66];  // 33 words a row: conflict-free columns
+  const int t = blockIdx.y;
+  const Stage16Side<T>& sd = t < a_tiles ? a : b;
+  const int k0 = blockIdx.x * 64, r0 = 64 * (t < a_tiles ? t : t - a_tiles);
+  const uint16_t* X = reinterpret_cast<const uint16_t*>(sd.x);
+  uint16_t* Y = reinterpret_cast<uint16_t*>(sd.y);
+  const int R = sd.rows, tx = threadIdx.x, ty = threadIdx.y;
+  uint16_t v[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int i = ty + 8 * (j >> 1), c = tx + 32 * (j & 1);
+    if (sd.trans) {  // row k0 + i of the stored K x R matrix, column r0 + c
+      const int k = k0 + i, r = r0 + c;
+      v[j] = (k < K && r < R) ? X[int64_t(k) * sd.ld + r] : uint16_t(0);
+    } else {
+      const int r = r0 + i, k = k0 + c;
+      v[j] = (k < K && r < R) ? X[int64_t(r) * sd.ld + k] : uint16_t(0);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int i = ty + 8 * (j >> 1), c = tx + 32 * (j & 1);
+    if (sd.trans) {
+      tile[c][i] = v[j];
+    } else {
+      tile[i][c] = v[j];
+    }
+  }
+  __syncthreads();
+  // 64 rows x 8 chunks of 8 columns: two 16-byte stores per thread.
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int e = ty * 32 + tx + 256 * j, rr = e >> 3, q = e & 7;
+    if (r0 + rr >= R) continue;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&tile[rr][8 * q]);
+    *reinterpret_cast<uint4*>(Y + int64_t(r0 + rr) * Kp + k0 + 8 * q) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 #ifndef __CUDACC_RTC__
 // Launches wgmma_gemm_kernel; grid (ceil(N / 128), ceil(M / (64 WG))). The device must be sm_90
 // and the code built for sm_90a.
@@ -1379,6 +1445,58 @@ inline cudaError_t wgmma_ws_gemm_launch(const typename G::TileA::Elem* A, int64_
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, ma, mb0, mb1, mc, C, ldc, M, N, K, max_i(1, tune.group_m),
                             tma_store, tune.splits, tune.split_stride, tune.batch, epi);
+}
+// Kp of gemm16_staged_launch (K rounded up to 64), and its workspace: room for both operands'
+// copies (A's is used only where A's rows are not 16-byte aligned), each 16-byte aligned.
+inline int stage16_padded_k(int K) {
+  return (K + 63) / 64 * 64;
+}
+inline size_t gemm16_staged_workspace(int M, int N, int K) {
+  return (size_t(M) + size_t(N)) * size_t(stage16_padded_k(K)) * 2;
+}
+
+// The staging pass of gemm16_staged_launch alone (one launch, none where nothing needs a copy):
+// on return a2 / lda2 and b2 / ldb2 name the operands to read, 16-byte aligned with row strides
+// of a multiple of 8: A as given where its rows are aligned, else its copy [M, Kp]; B^T as given
+// where B is K-major with aligned rows, else its copy [N, Kp]. The copies are zero past K, so a
+// consumer may read Kp columns of both.
+template <typename T>
+inline cudaError_t stage16_launch(const T* A, int64_t lda, const T* B, int64_t ldb, bool b_kmajor,
+                                  int M, int N, int K, void* workspace, cudaStream_t stream,
+                                  const T*& a2, int64_t& lda2, const T*& b2, int64_t& ldb2) {
+  if (M < 1 || N < 1 || K < 1 || workspace == nullptr ||
+      (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
+    return cudaErrorInvalidValue;
+  const int Kp = stage16_padded_k(K);
+  T* ca = static_cast<T*>(workspace);
+  T* cb = ca + size_t(M) * Kp;
+  const bool a_in_place = lda % 8 == 0 && (reinterpret_cast<uintptr_t>(A) & 15) == 0;
+  const bool b_in_place = b_kmajor && ldb % 8 == 0 && (reinterpret_cast<uintptr_t>(B) & 15) == 0;
+  a2 = a_in_place ? A : ca, lda2 = a_in_place ? lda : Kp;
+  b2 = b_in_place ? B : cb, ldb2 = b_in_place ? ldb : Kp;
+  const int a_tiles = a_in_place ? 0 : (M + 63) / 64, b_tiles = b_in_place ? 0 : (N + 63) / 64;
+  if (a_tiles + b_tiles == 0) return cudaSuccess;
+  const Stage16Side<T> sa{A, ca, M, 0, lda};
+  const Stage16Side<T> sb{B, cb, N, b_kmajor ? 0 : 1, ldb};
+  return launch(stage16_kernel<T>, dim3(Kp / 64, a_tiles + b_tiles), dim3(32, 8), 0, stream, 1, sa,
+                sb, K, Kp, a_tiles);
+}
+
+// C [M, N] (row stride ldc, any) = epi(A B) for 16-bit A [M, K] (row stride lda) and B [K, N]
+// (B[k * ldb + n]) or, with b_kmajor, B^T [N, K] (B[n * ldb + k]), whatever their strides: the
+// staging pass (stage16_launch), then the ping-pong wgmma GEMM reading B K-major. Epi as
+// wgmma_ws_gemm_launch's (epi(v, 0, m, n)). sm_90a only.
+template <typename T, typename TO, class Epi>
+inline cudaError_t gemm16_staged_launch(const T* A, int64_t lda, const T* B, int64_t ldb,
+                                        bool b_kmajor, TO* C, int64_t ldc, int M, int N, int K,
+                                        void* workspace, Epi epi, cudaStream_t stream) {
+  const T *a2, *b2;
+  int64_t lda2, ldb2;
+  cudaError_t e =
+      stage16_launch(A, lda, B, ldb, b_kmajor, M, N, K, workspace, stream, a2, lda2, b2, ldb2);
+  if (e != cudaSuccess) return e;
+  using G = WgmmaGemmWS<T, 1, 6, 1, true, true>;
+  return wgmma_ws_gemm_launch<G, TO, Epi>(a2, lda2, b2, b2, ldb2, C, ldc, M, N, K, epi, stream);
 }
 #endif  // __CUDACC_RTC__
 

@@ -64,13 +64,19 @@ class Matcher {
     for (int b : plan.b)
       if (bg_.inputs[b].dtype != a.dtype || bg_.inputs[b].shape != bshape) return false;
     if (a.dtype == DType::F32) {
-      // f32 operands: the three-pass tf32 GEMM with this epilogue, past GEMV rows, one weight.
-      if (plan.b.size() != 1 || plan.m <= 32 || plan.row_sumsq) return false;
+      // f32 operands: the three-pass tf32 GEMM with this epilogue, one weight, past 2M
+      // multiply-adds (Tf32x3GemmKernel's rule; the block graph otherwise runs the product on
+      // the CUDA cores).
+      if (plan.b.size() != 1 || plan.m * plan.n * plan.k < (int64_t(1) << 21) || plan.row_sumsq)
+        return false;
       plan.f32x3_splits = cost::f32x3_splits(plan.m, plan.n, plan.k, t_.sm_count, 1);
       return true;
     }
     if (!is_16bit(a.dtype) || plan.k % 8) return false;
-    if (plan.n % 8 == 0 && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq) return true;
+    // B's stored rows must be 16-byte aligned for TMA (N long, or K where B^T is read in
+    // place); the output's rows need not be (direct stores).
+    if ((plan.n % 8 == 0 || plan.b_kmajor) && plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq)
+      return true;
     if (plan.m <= 32)
       plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);
     if (!plan.gemv && plan.m <= 32 && plan.b_kmajor)

@@ -18,10 +18,13 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   const MatmulShape s(ctx.g, op);
   // A batch over a 2-D B folds into the rows of one GEMM.
   const int64_t rows = folded_rows(s);
-  if (!tensor_core_operands(ctx, op, s) || rows < 1 || ctx.t.arch != Arch::Sm90a)
-    return std::nullopt;
   const int tr = kmajor_b_source(ctx, op);
   const bool kmajor = tr >= 0;
+  // TMA reads rows of A (K long) and of B as stored (N long, or K where B^T is read in place);
+  // the output takes direct stores where its rows are not 16-byte aligned, so a K-major B allows
+  // any N (a prime N included).
+  if (!tensor_core_operands(ctx, op, s, kmajor) || rows < 1 || ctx.t.arch != Arch::Sm90a)
+    return std::nullopt;
   // Past 64 rows; from 33 (where the GEMV stops) where B comes through a transpose: the mma.sync
   // GEMM reads B N-major only, so there the transpose would rewrite the whole weight first.
   if (rows <= (kmajor ? 32 : 64)) return std::nullopt;
@@ -274,8 +277,10 @@ std::optional<Tf32x3GemmKernel> Tf32x3GemmKernel::match(const PlanContext& ctx, 
   const int64_t folded = ta >= 0 ? -1 : folded_rows(s);
   p.rows = folded >= 1 ? folded : s.M;
   p.batch = folded >= 1 ? 1 : s.batch;
-  // Up to 32 rows the split pass would move three times B's bytes for little work.
-  if (p.rows <= 32 || p.batch > 65535) return std::nullopt;
+  // What the f32 streaming kernels decline (colstream up to 16 rows, rowdot for vectors) ran on
+  // the FMA kernel, at 8% of the FMA rate: 32 x 64 by K 16384 55 us, 23 here (H200, session
+  // 25). Below 2M multiply-adds the FMA kernel's one launch stays.
+  if (p.rows * p.batch * s.N * s.K < (int64_t(1) << 21) || p.batch > 65535) return std::nullopt;
   if (tb >= 0) {
     kp.view_op = tb;
     p.b_kmajor = true;
@@ -407,6 +412,114 @@ void GemmTcKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) c
   L.close();
 }
 
+std::optional<StagedGemmKernel> StagedGemmKernel::match(const PlanContext& ctx, int k,
+                                                        KernelPlan& kp) {
+  const KernelOp& op = ctx.g.ops[k];
+  if (op.kind != OpKind::MatMul || ctx.t.arch != Arch::Sm90a) return std::nullopt;
+  const MatmulShape s(ctx.g, op);
+  if (s.a.dtype != s.b.dtype || (s.a.dtype != DType::F16 && s.a.dtype != DType::BF16))
+    return std::nullopt;
+  if (ctx.is_const(op.inputs[0]) || ctx.is_const(op.inputs[1])) return std::nullopt;
+  const int64_t rows = folded_rows(s), lim = int64_t(1) << 30;
+  if (rows < 1 || rows >= lim || s.N >= lim || s.K >= lim) return std::nullopt;
+  if (rows * s.N * s.K < (int64_t(1) << 23)) return std::nullopt;
+  StagedGemmKernel p;
+  p.rows = rows;
+  const int tb = transposed_source(ctx, op, 1, 2);
+  p.b_kmajor = tb >= 0;
+  p.stage_a = s.K % 8 != 0;
+  p.stage_b = !(p.b_kmajor && s.K % 8 == 0);
+  if (p.b_kmajor) kp.view_op = tb;
+  kp.threads = 384;
+  kp.grid = cdiv(s.N, 128) * cdiv(rows, 128);
+  // The GEMV reads Kp columns of both copies (zeros past K) where K is not a multiple of 8.
+  // Up to 64 rows as GEMVs of at most 32 rows each (the second streams the copy from L2): the
+  // GEMM's 128-row tiles gave 61 rows by N 1531 twelve CTAs, 21 us for a 9.4 MB weight (H200).
+  if (rows <= 64)
+    p.gemv = gemv_kmajor_shape(std::min<int64_t>(rows, 32), s.N, cdiv(s.K, 8) * 8, ctx.t);
+  if (p.gemv) {
+    kp.threads = GemvKmajorShape::threads();
+    kp.grid = p.gemv->grid;
+    kp.splits = static_cast<int>(p.gemv->splits);
+  }
+  kp.scratch_bytes = (rows + s.N) * (cdiv(s.K, 64) * 64) * 2;  // gemm16_staged_workspace
+  return p;
+}
+
+std::string StagedGemmKernel::describe() const {
+  return fmt::format("staged ({}{}{} copied K-major, padded) + {}", stage_a ? "A" : "",
+                     stage_a && stage_b ? ", " : "", stage_b ? (b_kmajor ? "B^T" : "B") : "",
+                     gemv ? fmt::format("K-major gemv x{} m{} s{}", GemvKmajorShape::kWarps,
+                                        gemv->mt, gemv->splits)
+                          : std::string("wgmma_ws 128x128x64 s6"));
+}
+
+// The GEMM as WgmmaGemmKernel's, plus the staging launch: it reads what it copies and writes the
+// padded copies at the row kernels' efficiency.
+KernelCost StagedGemmKernel::cost(const CostContext& x) const {
+  const CostConstants& k = cost_constants(x.t.arch);
+  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
+  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+  ContractionPlan p;
+  p.m = rows;
+  p.k = a.shape.back();
+  p.n = b.shape.back();
+  p.a = 0;
+  p.b = {1};
+  p.b_kmajor = true;
+  p.out = x.g.tensor(x.op.outputs[0]).dtype;
+  p.gemv_kmajor = gemv;
+  if (gemv) p.m = std::min<int64_t>(rows, 32);
+  KernelCost c = contraction_cost(x.op.name, p, {a, b}, x.t);
+  c.graph_defined = false;
+  if (gemv && rows > 32) {  // a second GEMV over the last rows, its weight from L2
+    c.time += c.time - c.t_dram + c.t_l2;
+    c.l2_bytes += c.dram_read;
+  }
+  const double kp = double(cdiv(p.k, 64) * 64), esz = double(dtype_bytes(a.dtype));
+  double rd = 0, wr = 0;
+  if (stage_a) rd += double(rows) * double(p.k) * esz, wr += double(rows) * kp * esz;
+  if (stage_b) rd += double(p.n) * double(p.k) * esz, wr += double(p.n) * kp * esz;
+  c.dram_read += rd;
+  c.dram_write += wr;
+  c.time += (rd + wr) / (x.t.dram_bytes_per_s * k.row_efficiency) + x.t.launch_s + k.fixed_s;
+  return c;
+}
+
+void StagedGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {
+  MatmulView m(x, op, kp);
+  Code& L = m.L;
+  const int b = b_kmajor ? x.g.ops[kp.view_op].inputs[0] : op.inputs[1];
+  if (const std::optional<GemvKmajorShape>& c = gemv) {
+    L.f("const {0}* sa = nullptr;", m.TA);
+    L.f("const {0}* sb = nullptr;", m.TA);
+    L.line("int64_t slda = 0, sldb = 0;");
+    L.f("err = kiln::rt::stage16_launch<{}>({}, {}, {}, {}, {}, {}, {}, {}, ws + {}, stream, sa, "
+        "slda, sb, sldb);",
+        m.TA, x.ptr(op.inputs[0]), m.K, x.ptr(b), b_kmajor ? m.K : m.N, b_kmajor ? "true" : "false",
+        rows, m.N, m.K, kp.scratch_offset);
+    L.line("if (err != cudaSuccess) return err;");
+    // Rows in chunks of at most 32 (8 mt rows a launch).
+    L.f("for (int r0 = 0; r0 < {}; r0 += {}) {{", rows, 8 * c->mt);
+    L.f("  err = kiln::rt::gemv_kmajor_launch<{}, {}, {}, 1, {}, {}, {}, "
+        "kiln::rt::GemvIdentity>(sa "
+        "+ r0 * slda, slda, sb, nullptr, sldb, {} + r0 * {}, {}, {} - r0 < {} ? {} - r0 : {}, {}, "
+        "{}, {}, stream, kiln::rt::GemvIdentity());",
+        m.TA, m.TO, c->mt, GemvKmajorShape::kWarps, GemvKmajorShape::kUnroll, c->max_cluster,
+        x.ptr(op.outputs[0]), m.N, m.N, rows, 8 * c->mt, rows, 8 * c->mt, m.N, cdiv(m.K, 8) * 8,
+        c->splits);
+    L.line("  if (err != cudaSuccess) return err;");
+    L.line("}");
+  } else {
+    L.f("err = kiln::rt::gemm16_staged_launch<{}, {}, kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, "
+        "{}, {}, {}, {}, {}, {}, ws + {}, kiln::rt::WgmmaEpiIdentity(), stream);",
+        m.TA, m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(b), b_kmajor ? m.K : m.N,
+        b_kmajor ? "true" : "false", x.ptr(op.outputs[0]), m.N, rows, m.N, m.K, kp.scratch_offset);
+  }
+  L.line("if (err != cudaSuccess) return err;");
+  L.close();
+}
+
 std::optional<FmaKernel> FmaKernel::match(const PlanContext& ctx, int k, KernelPlan& kp) {
   const KernelOp& op = ctx.g.ops[k];
   if (op.kind != OpKind::MatMul) return std::nullopt;
@@ -420,8 +533,9 @@ std::string FmaKernel::describe() const {
   return "fma 32x32";
 }
 
+// Scalar 32 x 32 tiles on the CUDA cores (lowering.h: predefined_fma_matmul_cost).
 KernelCost FmaKernel::cost(const CostContext& x) const {
-  return predefined_kernel_cost(x);
+  return predefined_fma_matmul_cost(x);
 }
 
 void FmaKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& kp) const {

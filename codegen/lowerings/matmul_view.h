@@ -35,10 +35,12 @@ inline int64_t folded_rows(const MatmulShape& s) {
 }
 
 // Whether the runtime's tensor-core kernels can take the matmul: operands of one 16-bit type, not
-// folded constants, K and N multiples of 8.
-inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, const MatmulShape& m) {
+// folded constants, K a multiple of 8, and N too unless B is read K-major (b_kmajor: B^T [N, K]
+// has K-long rows, and the kernels that read it store any N).
+inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, const MatmulShape& m,
+                                 bool b_kmajor = false) {
   return !ctx.is_const(op.inputs[0]) && !ctx.is_const(op.inputs[1]) && m.a.dtype == m.b.dtype &&
-         m.a.dtype != DType::F32 && m.K % 8 == 0 && m.N % 8 == 0;
+         m.a.dtype != DType::F32 && m.K % 8 == 0 && (b_kmajor || m.N % 8 == 0);
 }
 
 // The transpose op whose output is operand B of predefined matmul `op`, where the matmul may read

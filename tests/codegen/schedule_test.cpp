@@ -541,6 +541,61 @@ TEST(Schedule, TransposedWeightsAreReadInPlace) {
 // (F32x3Batch); split-K only
 // where the tiles do not fill the SMs, with the partials in the kernel's workspace. Decode rows,
 // sm_80 and 16-bit operands keep their kernels.
+// 16-bit products whose operands TMA cannot address as stored stay on the tensor cores: a
+// weight K x N of prime N or any odd K is copied K-major first (StagedGemmKernel: the wgmma GEMM,
+// or up to 64 rows the K-major GEMV); an nn.Linear weight with aligned rows needs no copy at any
+// N; only small products keep the FMA kernel, which is costed at the CUDA cores' rate.
+TEST(Schedule, OddSixteenBitMatmulsStayOnTheTensorCores) {
+  auto graph = [](int64_t m, int64_t k, int64_t n, bool b_t, DType dt) {
+    KernelGraphBuilder kb("odd", "", Arch::Sm90a);
+    int a = kb.input("A", {m, k}, dt);
+    int b = kb.input("B", b_t ? Shape{n, k} : Shape{k, n}, dt);
+    if (b_t) b = kb.op(OpKind::Transpose, {b}, {}, "Bt");
+    kb.output(kb.op(OpKind::MatMul, {a, b}, {}, "C"));
+    return std::move(kb).finish();
+  };
+  const Target t = target_for(Arch::Sm90a);
+  {  // 61 rows by a [3072, 1531] weight: B copied, then two GEMVs of 32 and 29 rows.
+    KernelGraph g = graph(61, 3072, 1531, false, DType::F16);
+    const Schedule sc = plan_schedule(g, t);
+    const StagedGemmKernel* st = sc.kernels.back().as<StagedGemmKernel>();
+    ASSERT_TRUE(st);
+    EXPECT_TRUE(st->stage_b);
+    EXPECT_FALSE(st->stage_a);
+    ASSERT_TRUE(st->gemv.has_value());
+    EXPECT_EQ(st->gemv->mt, 4);
+    EXPECT_EQ(sc.kernels.back().scratch_bytes, (61 + 1531) * 3072 * 2);
+    const std::string cu = emit_cuda(g);
+    EXPECT_NE(cu.find("kiln::rt::stage16_launch<__half>("), std::string::npos);
+    EXPECT_NE(cu.find("for (int r0 = 0; r0 < 61; r0 += 32) {"), std::string::npos);
+  }
+  {  // 300 x 1001 by 1001 x 515: both copied (K odd), the wgmma GEMM.
+    KernelGraph g = graph(300, 1001, 515, false, DType::F16);
+    const StagedGemmKernel* st = plan_schedule(g, t).kernels.back().as<StagedGemmKernel>();
+    ASSERT_TRUE(st);
+    EXPECT_TRUE(st->stage_a && st->stage_b);
+    EXPECT_FALSE(st->gemv.has_value());
+    EXPECT_NE(emit_cuda(g).find("kiln::rt::gemm16_staged_launch<__half, __half"),
+              std::string::npos);
+  }
+  {  // bf16 nn.Linear, N 1021 and K 1024: B^T read in place by the wgmma GEMM, no copy.
+    KernelGraph g = graph(508, 1024, 1021, true, DType::BF16);
+    const WgmmaGemmKernel* w = plan_schedule(g, t).kernels.back().as<WgmmaGemmKernel>();
+    ASSERT_TRUE(w);
+    EXPECT_TRUE(w->b_kmajor);
+  }
+  {  // A small product keeps the FMA kernel's one launch, modeled at the FMA fraction of the
+     // CUDA-core rate: no faster than its flops at that rate.
+    KernelGraph g = graph(40, 72, 33, false, DType::F16);
+    const Schedule sc = plan_schedule(g, t);
+    ASSERT_TRUE(sc.kernels.back().as<FmaKernel>());
+    const KernelCost c = plan_cost(g, g.ops.back(), t, sc.kernels.back());
+    const double flops = 2.0 * 40 * 72 * 33;
+    EXPECT_EQ(c.tc_flops, 0.0);
+    EXPECT_GE(c.time, flops / (t.fp32_flops_per_s * cost_constants(t.arch).fma_matmul_efficiency));
+  }
+}
+
 TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
   auto f32_graph = [](Arch arch, int64_t m, int64_t k, int64_t n, bool a_t, bool b_t,
                       int64_t batch) {
@@ -637,9 +692,18 @@ TEST(Schedule, F32MatmulsRunTheTf32x3Gemm) {
                      .kernels.back()
                      .as<F32RowdotKernel>());
   }
-  // Not the tf32 GEMM: 32 rows or fewer, sm_80, f16 operands.
+  // What the streaming f32 kernels decline at 17-32 rows runs the tf32 GEMM past 2M
+  // multiply-adds, with up to 64 k-splits where the partials are small (32 x 64 by K 16384: 64).
+  {
+    const Schedule sl = plan_schedule(f32_graph(Arch::Sm90a, 32, 16384, 64, false, false, 1),
+                                      target_for(Arch::Sm90a));
+    const Tf32x3GemmKernel* t = sl.kernels.back().as<Tf32x3GemmKernel>();
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->splits, 64);
+  }
+  // Not the tf32 GEMM: under 2M multiply-adds, sm_80, f16 operands.
   EXPECT_FALSE(
-      plan_schedule(f32_graph(Arch::Sm90a, 32, 4096, 4096, false, true, 1), target_for(Arch::Sm90a))
+      plan_schedule(f32_graph(Arch::Sm90a, 20, 100, 500, false, true, 1), target_for(Arch::Sm90a))
           .kernels.back()
           .as<Tf32x3GemmKernel>());
   EXPECT_FALSE(plan_schedule(f32_graph(Arch::Sm80, 2048, 2048, 2048, false, false, 1),

@@ -6,7 +6,9 @@
 // the median time of CUDA-graph replays, inputs rotating over two sets.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a tests/gpu/gemm_f32x3_bench.cu -o b
-//   ./b [--check-only]
+//   ./b [--check-only] [M,N,K[,at][,bk][,sS] ...]
+// Shapes on the command line replace the built-in list (`at`: A stored transposed, `bk`: B stored
+// N x K, `sS`: S k-splits instead of gemm_f32x3_splits' choice, for sweeps).
 // Prints `F32X3 name ok=0|1 rel_l2=.. us=..` per case; exit status 1 if any check failed.
 #include <cuda_runtime.h>
 
@@ -29,6 +31,7 @@ using namespace kiln::rt;
 struct Case {
   int M, N, K;
   bool a_trans, b_kmajor;
+  int splits = 0;  // 0: gemm_f32x3_splits
 };
 
 static int run_case(const Case& c, bool check_only) {
@@ -44,7 +47,7 @@ static int run_case(const Case& c, bool check_only) {
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int splits = gemm_f32x3_splits(c.M, c.N, c.K, sms);
+  const int splits = c.splits > 0 ? c.splits : gemm_f32x3_splits(c.M, c.N, c.K, sms);
   const size_t wsb = gemm_f32x3_workspace(c.M, c.N, c.K, splits);
   for (int s = 0; s < sets; ++s) {
     CK(cudaMalloc(&dA[s], na * 4));
@@ -114,7 +117,19 @@ static int run_case(const Case& c, bool check_only) {
 
 int main(int argc, char** argv) {
   const bool check_only = argc > 1 && strcmp(argv[1], "--check-only") == 0;
-  const Case cases[] = {
+  std::vector<Case> given;
+  for (int i = check_only ? 2 : 1; i < argc; ++i) {
+    Case c{0, 0, 0, false, false};
+    if (sscanf(argv[i], "%d,%d,%d", &c.M, &c.N, &c.K) != 3 || c.M < 1 || c.N < 1 || c.K < 1) {
+      fprintf(stderr, "bad shape %s (want M,N,K[,at][,bk][,sS])\n", argv[i]);
+      return 2;
+    }
+    c.a_trans = strstr(argv[i], ",at") != nullptr;
+    c.b_kmajor = strstr(argv[i], ",bk") != nullptr;
+    if (const char* sp = strstr(argv[i], ",s")) c.splits = atoi(sp + 2);
+    given.push_back(c);
+  }
+  const std::vector<Case> builtin = {
       {2048, 2048, 2048, false, false}, {2048, 2048, 2048, false, true},
       {4096, 4096, 4096, false, false}, {128, 512, 1024, false, true},
       {300, 520, 1000, false, false},   {257, 263, 509, true, false},
@@ -122,7 +137,7 @@ int main(int argc, char** argv) {
       {64, 8192, 8192, false, true},    {33, 100, 7, false, false},
   };
   int bad = 0;
-  for (const Case& c : cases) bad += run_case(c, check_only);
+  for (const Case& c : given.empty() ? builtin : given) bad += run_case(c, check_only);
   printf("F32X3 failed=%d\n", bad);
   return bad ? 1 : 0;
 }

@@ -948,6 +948,43 @@ void test_wgmma_dual(int M, int N, int K, int pad = 0, WgmmaWsTuning tune = Wgmm
   report(name, within(err, thr) && bad_pad == 0, "rel_l2=%.2e pad_written=%d", err, bad_pad);
 }
 
+// gemm16_staged_launch (wgmma.cuh): 16-bit operands whose rows TMA cannot address (N or K not a
+// multiple of 8, an odd lda), B stored K x N or as B^T [N, K], against float64; C unpadded
+// (ldc = N, so its rows are unaligned where N is) with a canary past the last row.
+template <typename T>
+static void test_staged16(int M, int N, int K, bool b_kmajor, int lda_extra = 0) {
+  const int lda = K + lda_extra, ldb = b_kmajor ? K : N;
+  auto A = random_vec<T>(size_t(M) * lda), B = random_vec<T>(size_t(K) * N);
+  DBuf<T> dA(A.size()), dB(B.size()), dC(size_t(M) * N + 8);
+  DBuf<char> ws(gemm16_staged_workspace(M, N, K));
+  dA.upload(A), dB.upload(B);
+  CK(cudaMemset(dC.p, 0xff, (size_t(M) * N + 8) * sizeof(T)));  // NaN canaries
+  CK((gemm16_staged_launch<T>(dA.p, lda, dB.p, ldb, b_kmajor, dC.p, N, M, N, K, ws.p,
+                              WgmmaEpiIdentity(), 0)));
+  CK_LAUNCH();
+  auto C = dC.download();
+  std::vector<double> ref(size_t(M) * N + 8, 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k)
+        acc += double(h2f(A[size_t(m) * lda + k])) *
+               double(h2f(b_kmajor ? B[size_t(n) * K + k] : B[size_t(k) * N + n]));
+      ref[size_t(m) * N + n] = acc;
+    }
+  int bad_tail = 0;
+  for (size_t i = size_t(M) * N; i < C.size(); ++i) {
+    if (!std::isnan(h2f(C[i]))) ++bad_tail;
+    C[i] = f2h<T>(0.0f);
+  }
+  const double err = rel_l2(C, ref);
+  char name[160];
+  snprintf(name, sizeof name, "gemm16_staged_%s_m%d_n%d_k%d%s_lda%d", tname<T>(), M, N, K,
+           b_kmajor ? "_bk" : "", lda);
+  report(name, within(err, std::is_same_v<T, __half> ? 2e-3 : 1e-2) && bad_tail == 0,
+         "rel_l2=%.2e tail_written=%d", err, bad_tail);
+}
+
 // tf32.cuh: f32 A (M x K, or stored transposed) times B (K x N, or nn.Linear's N x K) through the
 // three-pass tf32 GEMM with split-K as planned for this GPU, bias + relu epilogue, against float64.
 // 1e-5 is 30x under one tf32 pass's error (~3e-4), so a dropped pass or a wrong split fails.
@@ -1125,6 +1162,12 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 4, 2, true>>(260, 264, 1030);
   test_wgmma_dual<H, WgmmaGemmWS<H, 2, 4, 1, true>>(300, 136, 520, 8, cap2);
   test_wgmma_dual<BF, WgmmaGemmWS<BF, 2, 3, 2, true>>(390, 264, 200, 8, cap2);
+  // 16-bit operands TMA cannot address: staged copies, then the K-major GEMM.
+  test_staged16<H>(61, 1531, 3072, false);   // N prime, B K x N
+  test_staged16<BF>(127, 509, 2048, true);   // B^T aligned (read in place), N prime
+  test_staged16<BF>(200, 300, 1001, true);   // K odd: A and B^T staged
+  test_staged16<H>(130, 77, 263, false, 1);  // K prime, B K x N, lda odd
+  test_staged16<H>(5, 1021, 64, false);      // few rows
   // f32 operands through three tf32 passes: every layout, ragged and tiny K, split-K from 1 to
   // uneven splits of the k-tiles, K long enough for the accumulator promotion to matter.
   test_f32x3(prop, 256, 256, 1024, false, false);

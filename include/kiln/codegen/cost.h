@@ -25,7 +25,7 @@ struct CostConstants {
   // session 18: batched f32 products of 8 x 256 x 512 x 384 and 128 x 128 x 256 x 512 ran at
   // 9.6 and 7.4 TFLOP/s of 60).
   double fma_matmul_efficiency = 0.14;
-  double gemv_efficiency = 0.97;       // the runtime GEMV (M <= 32): fraction of copy bandwidth
+  double gemv_efficiency = 0.97;  // the runtime GEMV (M <= 32): fraction of copy bandwidth
   // Fraction of SMs the TMA GEMV needs busy to saturate DRAM: each holds a 128 KB ring in flight
   // (H100 sweep, docs/runtime.md: 64 blocks stream 2.77 TB/s, 72 and 96 blocks 2.7).
   double gemv_tma_saturation = 0.45;
@@ -43,6 +43,10 @@ struct CostConstants {
   // One step of a thread's dependent multiply-add (add, max) chain over a reduced extent in a
   // generic block kernel: its shared-memory loads, conversions and the FMA.
   double fma_step_s = 0.016e-6;
+  // A batch of plain (not cp.async) tile copies, up to 16 chunks a thread, in a generic block
+  // kernel: its loads, then its shared-memory stores. Fitted to 300 x 1001 by 1001 x 515 f16
+  // (13 iterations of 3 such batches: 71 us on an H200, session 25).
+  double plain_copy_trip_s = 1.8e-6;
 };
 const CostConstants& cost_constants(Arch a);
 

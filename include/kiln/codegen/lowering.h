@@ -96,5 +96,10 @@ concept Lowering = requires(const P p, const PlanContext& pc, KernelPlan& kp, co
 KernelCost predefined_kernel_cost(const CostContext& x, double e, double saturation);
 // The same at the generic efficiency of the op's kind and the default DRAM saturation.
 KernelCost predefined_kernel_cost(const CostContext& x);
+// A predefined matmul on the CUDA cores (the scalar FMA kernel): its products at the block-graph
+// FMA matmuls' fraction of the FMA rate (fma_matmul_efficiency). On the H200 (session 25) bf16
+// products of 127-508 rows ran 2.4-8.5 TFLOP/s there; counted at the tensor rate, as they were,
+// such a kernel looked as fast as a wgmma GEMM (5 us modeled for ~110 measured) and won.
+KernelCost predefined_fma_matmul_cost(const CostContext& x);
 
 }  // namespace kiln

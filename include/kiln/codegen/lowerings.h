@@ -25,7 +25,7 @@ using LoweredPlan =
                  FusedIntoKernel,  // never matches: assigned by a consumer
                  ElementwiseKernel, GatherKernel, RmsRowsKernel, RowKernel, ColumnSumGemvKernel,
                  ColumnKernel, GemvKernel, WgmmaGemmKernel, F32RowdotKernel, F32ColstreamKernel,
-                 Tf32x3GemmKernel, GemmTcKernel, FmaKernel, ContractionKernel, AttentionKernel,
-                 RowChainKernel, BlockGraphKernel>;
+                 Tf32x3GemmKernel, GemmTcKernel, StagedGemmKernel, FmaKernel, ContractionKernel,
+                 AttentionKernel, RowChainKernel, BlockGraphKernel>;
 
 }  // namespace kiln

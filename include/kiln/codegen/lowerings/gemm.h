@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kiln/codegen/lowering.h"
+#include "kiln/codegen/lowerings/gemv.h"
 
 namespace kiln {
 
@@ -56,6 +57,22 @@ struct Tf32x3GemmKernel {
 struct GemmTcKernel {
   bool small = false;
   KILN_LOWERING(GemmTcKernel);
+};
+
+// 16-bit products on sm_90a whose operands TMA cannot address as stored (a weight K x N with N
+// not a multiple of 8, any operand with such a K): the runtime's gemm16_staged_launch copies them
+// K-major with padded rows (B always unless it is B^T [N, K] with aligned rows; A where K is not
+// a multiple of 8), then runs the wgmma GEMM reading B K-major. B 2-D (a batch folds into rows);
+// a transpose of an [N, K] tensor is read by the staging pass in place (view_op). Below about 8M
+// multiply-adds the FMA kernel's single launch stays. Up to 64 rows the staged copies feed the
+// K-major register GEMV instead, 32 rows a launch (gemv_kmajor_shape: k-splits over clusters
+// fill the SMs where the GEMM's 128-row tiles would leave most of them idle).
+struct StagedGemmKernel {
+  int64_t rows = 0;
+  bool b_kmajor = false;  // B given as the transpose of an [N, K] tensor (view_op)
+  bool stage_a = false, stage_b = false;
+  std::optional<GemvKmajorShape> gemv;  // decode rows: the K-major GEMV over the copies
+  KILN_LOWERING(StagedGemmKernel);
 };
 
 // CUDA-core FMA, 32x32 tiles: any dtypes, any sizes.
