@@ -1285,7 +1285,8 @@ struct Stage16Side {
   int64_t ld;
 };
 
-// Grid (Kp / 64, a_tiles + b row tiles), block (32, 8): one 64 x 64 tile (rows r, columns k)
+// Grid (a_tiles + b row tiles) x (Kp / 64) blocks, one dimension (a y-grid stops at 65535 row
+// tiles), block (32, 8): one 64 x 64 tile (rows r, columns k)
 // through shared memory, so that reads are coalesced whichever way the side is stored and the
 // copy's rows are written in 16-byte stores. Each thread has its 16 loads in flight before it
 // stores any (a copy of one element per load and store ran 34 us for a 12.5 MB weight on an
@@ -1296,28 +1297,30 @@ __global__ void __launch_bounds__(256)
     stage16_kernel(Stage16Side<T> a, Stage16Side<T> b, int K, int Kp, int a_tiles) {
   pdl_entry();                                     // before any load or store (base.cuh)
   __shared__ __align__(16) uint16_t tile[64][66];  // 33 words a row: conflict-free columns
-  const int t = blockIdx.y;
-  const Stage16Side<T>& sd = t < a_tiles ? a : b;
-  const int k0 = blockIdx.x * 64, r0 = 64 * (t < a_tiles ? t : t - a_tiles);
-  const uint16_t* X = reinterpret_cast<const uint16_t*>(sd.x);
-  uint16_t* Y = reinterpret_cast<uint16_t*>(sd.y);
-  const int R = sd.rows, tx = threadIdx.x, ty = threadIdx.y;
+  const int ktiles = Kp / 64, t = int(blockIdx.x / unsigned(ktiles));
+  const bool on_a = t < a_tiles;
+  const int k0 = int(blockIdx.x % unsigned(ktiles)) * 64, r0 = 64 * (on_a ? t : t - a_tiles);
+  const uint16_t* X = reinterpret_cast<const uint16_t*>(on_a ? a.x : b.x);
+  uint16_t* Y = reinterpret_cast<uint16_t*>(on_a ? a.y : b.y);
+  const int R = on_a ? a.rows : b.rows, trans = on_a ? a.trans : b.trans;
+  const int64_t ld = on_a ? a.ld : b.ld;
+  const int tx = threadIdx.x, ty = threadIdx.y;
   uint16_t v[16];
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int i = ty + 8 * (j >> 1), c = tx + 32 * (j & 1);
-    if (sd.trans) {  // row k0 + i of the stored K x R matrix, column r0 + c
+    if (trans) {  // row k0 + i of the stored K x R matrix, column r0 + c
       const int k = k0 + i, r = r0 + c;
-      v[j] = (k < K && r < R) ? X[int64_t(k) * sd.ld + r] : uint16_t(0);
+      v[j] = (k < K && r < R) ? X[int64_t(k) * ld + r] : uint16_t(0);
     } else {
       const int r = r0 + i, k = k0 + c;
-      v[j] = (k < K && r < R) ? X[int64_t(r) * sd.ld + k] : uint16_t(0);
+      v[j] = (k < K && r < R) ? X[int64_t(r) * ld + k] : uint16_t(0);
     }
   }
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int i = ty + 8 * (j >> 1), c = tx + 32 * (j & 1);
-    if (sd.trans) {
+    if (trans) {
       tile[c][i] = v[j];
     } else {
       tile[i][c] = v[j];
@@ -1457,29 +1460,36 @@ inline size_t gemm16_staged_workspace(int M, int N, int K) {
 
 // The staging pass of gemm16_staged_launch alone (one launch, none where nothing needs a copy):
 // on return a2 / lda2 and b2 / ldb2 name the operands to read, 16-byte aligned with row strides
-// of a multiple of 8: A as given where its rows are aligned, else its copy [M, Kp]; B^T as given
-// where B is K-major with aligned rows, else its copy [N, Kp]. The copies are zero past K, so a
-// consumer may read Kp columns of both.
+// of a multiple of 8: A as given where K and its rows are aligned, else its copy [M, Kp]; B^T as
+// given where K is and B is K-major with aligned rows, else its copy [N, Kp]. Both are copied
+// where K is not a multiple of 8 or under 64; the copies are zero past K, so a consumer of
+// copies may read up to Kp columns of both.
 template <typename T>
 inline cudaError_t stage16_launch(const T* A, int64_t lda, const T* B, int64_t ldb, bool b_kmajor,
                                   int M, int N, int K, void* workspace, cudaStream_t stream,
                                   const T*& a2, int64_t& lda2, const T*& b2, int64_t& ldb2) {
-  if (M < 1 || N < 1 || K < 1 || workspace == nullptr ||
+  if (M < 1 || N < 1 || K < 1 || workspace == nullptr || lda < K || ldb < (b_kmajor ? K : N) ||
       (reinterpret_cast<uintptr_t>(workspace) & 15) != 0)
     return cudaErrorInvalidValue;
   const int Kp = stage16_padded_k(K);
   T* ca = static_cast<T*>(workspace);
   T* cb = ca + size_t(M) * Kp;
-  const bool a_in_place = lda % 8 == 0 && (reinterpret_cast<uintptr_t>(A) & 15) == 0;
-  const bool b_in_place = b_kmajor && ldb % 8 == 0 && (reinterpret_cast<uintptr_t>(B) & 15) == 0;
+  // With K not a multiple of 8, or under 64, both are copied, so that a consumer may read K
+  // rounded up to 8 or to 64 (zeros past K in both).
+  const bool full = K % 8 == 0 && K >= 64;
+  const bool a_in_place = full && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(A) & 15) == 0;
+  const bool b_in_place =
+      full && b_kmajor && ldb % 8 == 0 && (reinterpret_cast<uintptr_t>(B) & 15) == 0;
   a2 = a_in_place ? A : ca, lda2 = a_in_place ? lda : Kp;
   b2 = b_in_place ? B : cb, ldb2 = b_in_place ? ldb : Kp;
   const int a_tiles = a_in_place ? 0 : (M + 63) / 64, b_tiles = b_in_place ? 0 : (N + 63) / 64;
   if (a_tiles + b_tiles == 0) return cudaSuccess;
   const Stage16Side<T> sa{A, ca, M, 0, lda};
   const Stage16Side<T> sb{B, cb, N, b_kmajor ? 0 : 1, ldb};
-  return launch(stage16_kernel<T>, dim3(Kp / 64, a_tiles + b_tiles), dim3(32, 8), 0, stream, 1, sa,
-                sb, K, Kp, a_tiles);
+  const int64_t blocks = int64_t(a_tiles + b_tiles) * (Kp / 64);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  return launch(stage16_kernel<T>, dim3(unsigned(blocks)), dim3(32, 8), 0, stream, 1, sa, sb, K, Kp,
+                a_tiles);
 }
 
 // C [M, N] (row stride ldc, any) = epi(A B) for 16-bit A [M, K] (row stride lda) and B [K, N]
@@ -1495,8 +1505,12 @@ inline cudaError_t gemm16_staged_launch(const T* A, int64_t lda, const T* B, int
   cudaError_t e =
       stage16_launch(A, lda, B, ldb, b_kmajor, M, N, K, workspace, stream, a2, lda2, b2, ldb2);
   if (e != cudaSuccess) return e;
+  // K under 64 read as one whole k-tile of the zero-padded copies: with a single partial k-tile
+  // (K 7 or 33, B K-major, 20000 rows by 513) the GEMM hung on an H200 (session 25; not yet
+  // understood); K rounded up to 8 otherwise.
   using G = WgmmaGemmWS<T, 1, 6, 1, true, true>;
-  return wgmma_ws_gemm_launch<G, TO, Epi>(a2, lda2, b2, b2, ldb2, C, ldc, M, N, K, epi, stream);
+  const int kg = K < 64 ? 64 : (K + 7) / 8 * 8;
+  return wgmma_ws_gemm_launch<G, TO, Epi>(a2, lda2, b2, b2, ldb2, C, ldc, M, N, kg, epi, stream);
 }
 #endif  // __CUDACC_RTC__
 

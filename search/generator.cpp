@@ -155,6 +155,9 @@ std::vector<std::string> range_hints(const KernelGraph& spec) {
   const PGraph g = expand_spec(spec);
   const std::vector<Magnitude> mags = node_magnitudes(g);
   std::vector<std::string> hints;
+  auto name = [&](int n) {
+    return g.nodes[n].name.empty() ? fmt::format("node {}", n) : g.nodes[n].name;
+  };
   for (int o : g.outputs) {
     const PNode& x = g.nodes[o];
     // An unshifted exp's magnitude is unknown (magnitude.h); its argument's bound says enough.
@@ -165,7 +168,7 @@ std::vector<std::string> range_hints(const KernelGraph& spec) {
             "output {} is f16 and the exp of values that reach about {:.3g} at std-1 inputs: "
             "e^{:.3g} is past f16's largest value (65504), so no kernel can be right there; "
             "make the inputs f32 or bf16, or subtract a max (softmax) first",
-            x.name, arg.bound, arg.bound));
+            name(o), arg.bound, arg.bound));
       continue;
     }
     if (!magnitude_overflows(mags[o], x.dtype)) continue;
@@ -174,15 +177,14 @@ std::vector<std::string> range_hints(const KernelGraph& spec) {
         "f16's largest value (65504): its float64 reference does not fit the output's dtype, so "
         "no kernel can be right there; make the inputs it is computed from f32 or bf16, or "
         "scale them down",
-        x.name, dtype_name(x.dtype), mags[o].bound, mags[o].rms));
+        name(o), dtype_name(x.dtype), mags[o].bound, mags[o].rms));
   }
   if (const int e = overflowing_exp(g, mags); e >= 0)
     hints.push_back(fmt::format(
         "exp at {} may see arguments up to about {:.3g} at std-1 inputs, past f32's exp range "
         "(88.7), and the spec subtracts no max from them: a softmax (or a max subtracted before "
         "the exp) keeps such a spec finite",
-        g.nodes[e].name.empty() ? fmt::format("node {}", e) : g.nodes[e].name,
-        mags[g.nodes[e].inputs[0]].bound));
+        name(e), mags[g.nodes[e].inputs[0]].bound));
   return hints;
 }
 

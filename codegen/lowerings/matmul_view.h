@@ -58,8 +58,9 @@ inline int kmajor_b_source(const PlanContext& ctx, const KernelOp& op) {
   if (src.shape.size() != 2 || ctx.g.tensor(b).shape.size() != 2) return -1;
   if (transpose_perm(t.attrs, 2) != std::vector<int>{1, 0}) return -1;
   if ((src.shape[1] * dtype_bytes(src.dtype)) % 16 != 0) return -1;
+  // Read by nothing else: matmul(T, T) counts T's consumer once, but A reads T too.
   if (ctx.is_const(t.inputs[0]) || ctx.is_output.count(b) || ctx.consumers[b] != 1 ||
-      !ctx.can_take_over(pr))
+      op.inputs[0] == b || !ctx.can_take_over(pr))
     return -1;
   return pr;
 }

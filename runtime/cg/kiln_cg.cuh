@@ -70,7 +70,7 @@ KILN_DEV void load_tile(T* dst, const T* __restrict__ src, int tid) {
     // Plain copies (rows whose alignment cp.async cannot take) of up to 32 chunks a thread: all
     // loads of a batch of 16 in flight before its stores. Measured on an H200 (session 25,
     // u25o's kernels): a [2, 3, 197] tile of 10 chunks 5.8 us against 8.4 copied one by one; a
-    // [197, 197] tile of 152 chunks ran 29.5 us batched and 26.4 in the unrolled loop below,
+    // [197, 197] tile of 152 chunks ran 29.5 us batched and 26.4 in the unroll-4 loop below,
     // which larger tiles keep.
     constexpr int BATCH = ITERS < 16 ? ITERS : 16;
     for (int b0 = 0; b0 < ITERS; b0 += BATCH) {

@@ -358,8 +358,11 @@ void add_optimize(CLI::App& app) {
                 "float check (uniform and std-1 normal inputs, f16/bf16 storage as the GPU keeps "
                 "it)";
       // A likely cause the user can act on: the spec's own values leave their dtype's range.
-      if (!res.out_of_time)
-        for (const std::string& h : search::range_hints(spec)) why += "; likely cause: " + h;
+      if (!res.out_of_time) try {
+          for (const std::string& h : search::range_hints(spec)) why += "; likely cause: " + h;
+        } catch (const std::exception&) {
+          // A hint is a courtesy: the report stands without it.
+        }
       ship_nothing(why, report);
       return;
     }

@@ -578,6 +578,17 @@ TEST(Schedule, OddSixteenBitMatmulsStayOnTheTensorCores) {
     EXPECT_NE(emit_cuda(g).find("kiln::rt::gemm16_staged_launch<__half, __half"),
               std::string::npos);
   }
+  {  // Past 2048 rows only B may be copied (a copied A hung the GEMM at 20000 rows): K 33 declines,
+     // K 200 copies B alone.
+    EXPECT_FALSE(plan_schedule(graph(20000, 33, 513, false, DType::BF16), t)
+                     .kernels.back()
+                     .as<StagedGemmKernel>());
+    const StagedGemmKernel* st = plan_schedule(graph(20000, 200, 513, false, DType::BF16), t)
+                                     .kernels.back()
+                                     .as<StagedGemmKernel>();
+    ASSERT_TRUE(st);
+    EXPECT_FALSE(st->stage_a);
+  }
   {  // bf16 nn.Linear, N 1021 and K 1024: B^T read in place by the wgmma GEMM, no copy.
     KernelGraph g = graph(508, 1024, 1021, true, DType::BF16);
     const WgmmaGemmKernel* w = plan_schedule(g, t).kernels.back().as<WgmmaGemmKernel>();
@@ -593,6 +604,21 @@ TEST(Schedule, OddSixteenBitMatmulsStayOnTheTensorCores) {
     const double flops = 2.0 * 40 * 72 * 33;
     EXPECT_EQ(c.tc_flops, 0.0);
     EXPECT_GE(c.time, flops / (t.fp32_flops_per_s * cost_constants(t.arch).fma_matmul_efficiency));
+  }
+}
+
+// matmul(T, T) with T = transpose(W): T has one consumer op but two reads, so no lowering may
+// read W in place for B (A would name T, which then has no kernel and no buffer).
+TEST(Schedule, ATransposeReadTwiceByOneMatmulKeepsItsKernel) {
+  for (DType dt : {DType::F16, DType::F32}) {
+    KernelGraphBuilder kb("tt", "", Arch::Sm90a);
+    const int w = kb.input("W", {256, 256}, dt);
+    const int t = kb.op(OpKind::Transpose, {w}, {}, "T");
+    kb.output(kb.op(OpKind::MatMul, {t, t}, {}, "C"));
+    KernelGraph g = std::move(kb).finish();
+    const Schedule sc = plan_schedule(g, target_for(Arch::Sm90a));
+    EXPECT_LT(sc.kernels.back().view_op, 0) << dtype_name(dt);
+    EXPECT_LT(sc.kernels.back().prologue_op, 0) << dtype_name(dt);
   }
 }
 

@@ -959,8 +959,11 @@ static void test_staged16(int M, int N, int K, bool b_kmajor, int lda_extra = 0)
   DBuf<char> ws(gemm16_staged_workspace(M, N, K));
   dA.upload(A), dB.upload(B);
   CK(cudaMemset(dC.p, 0xff, (size_t(M) * N + 8) * sizeof(T)));  // NaN canaries
-  CK((gemm16_staged_launch<T>(dA.p, lda, dB.p, ldb, b_kmajor, dC.p, N, M, N, K, ws.p,
-                              WgmmaEpiIdentity(), 0)));
+  // Three calls back to back (programmatic dependent launch overlaps them): a K of 7 passed to
+  // the GEMM as is had hung in repeated calls.
+  for (int rep = 0; rep < 3; ++rep)
+    CK((gemm16_staged_launch<T>(dA.p, lda, dB.p, ldb, b_kmajor, dC.p, N, M, N, K, ws.p,
+                                WgmmaEpiIdentity(), 0)));
   CK_LAUNCH();
   auto C = dC.download();
   std::vector<double> ref(size_t(M) * N + 8, 0.0);
@@ -1166,7 +1169,9 @@ static void test_wgmma(const cudaDeviceProp& prop) {
   test_staged16<H>(61, 1531, 3072, false);   // N prime, B K x N
   test_staged16<BF>(127, 509, 2048, true);   // B^T aligned (read in place), N prime
   test_staged16<BF>(200, 300, 1001, true);   // K odd: A and B^T staged
-  test_staged16<H>(130, 77, 263, false, 1);  // K prime, B K x N, lda odd
+  test_staged16<H>(130, 77, 263, false, 1);  // K prime, B K x N, lda 264 (A copied: K odd)
+  test_staged16<H>(2000, 513, 7, false);     // K 7: the GEMM reads K rounded to 8
+  test_staged16<BF>(300, 77, 256, true, 3);  // lda 259 (A copied), B^T read in place
   test_staged16<H>(5, 1021, 64, false);      // few rows
   // f32 operands through three tf32 passes: every layout, ragged and tiny K, split-K from 1 to
   // uneven splits of the k-tiles, K long enough for the accumulator promotion to matter.

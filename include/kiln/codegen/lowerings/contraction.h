@@ -74,8 +74,8 @@ struct ContractionPlan {
   // under 8 MB in few blocks, N not a multiple of 8): the K-major register GEMV
   // (runtime/gemv_kmajor.cuh), with the same epilogue functor.
   std::optional<GemvKmajorShape> gemv_kmajor;
-  // f32 operands (one weight, M > 32): the three-pass tf32 GEMM (runtime/tf32.cuh) with the
-  // epilogue functor, split K this many ways (0: not this path).
+  // f32 operands (one weight, past 2M multiply-adds): the three-pass tf32 GEMM (runtime/tf32.cuh)
+  // with the epilogue functor, split K this many ways (0: not this path).
   int f32x3_splits = 0;
   // Set where the epilogue reads a low-rank term as v1 (then b is empty and v0 = 0): the
   // low-rank chain kernel with `lowrank_shape`.

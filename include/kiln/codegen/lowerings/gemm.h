@@ -39,7 +39,8 @@ struct F32ColstreamKernel {
   KILN_LOWERING(F32ColstreamKernel);
 };
 
-// f32 operands (either or both; the other may be 16-bit) on sm_90a, past 32 rows: the runtime's
+// f32 operands (either or both; the other may be 16-bit) on sm_90a, past 2M multiply-adds where
+// the streaming kernels (rowdot, colstream) decline: the runtime's
 // three-pass tf32 GEMM (runtime/tf32.cuh: hi/lo splits, then the warp-specialized wgmma GEMM over
 // three K segments, f32-accurate), split-K where the tiles cannot fill the SMs. Any layout: an A
 // or B that is a transpose of its last two dims is read in place by the split pass (view_op for
