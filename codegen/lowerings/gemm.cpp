@@ -25,6 +25,9 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   // any N (a prime N included).
   if (!tensor_core_operands(ctx, op, s, kmajor) || rows < 1 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
+  // An N that is not a multiple of 8 (direct stores) with a single k-tile is kept off the GEMM:
+  // the staged path's GEMM hung there in repeated calls (session 25, docs/codegen.md).
+  if (s.N % 8 != 0 && s.K <= 64) return std::nullopt;
   // Past 64 rows; from 33 (where the GEMV stops) where B comes through a transpose: the mma.sync
   // GEMM reads B N-major only, so there the transpose would rewrite the whole weight first.
   if (rows <= (kmajor ? 32 : 64)) return std::nullopt;
@@ -441,6 +444,8 @@ std::optional<StagedGemmKernel> StagedGemmKernel::match(const PlanContext& ctx, 
   // hung in repeated calls on an H200 (session 25); with A copied it ran at 300 rows in graphs of
   // 20 calls and at 2000 rows three calls back to back. Past 2048 rows only B may be copied.
   if (!p.gemv && p.stage_a && rows > 2048) return std::nullopt;
+  // Nor, anywhere, an N that is not a multiple of 8 with a single k-tile (both hangs had one).
+  if (!p.gemv && s.N % 8 != 0 && s.K <= 64) return std::nullopt;
   if (p.b_kmajor) kp.view_op = tb;
   kp.threads = 384;
   kp.grid = cdiv(s.N, 128) * cdiv(rows, 128);

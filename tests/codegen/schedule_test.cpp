@@ -589,6 +589,11 @@ TEST(Schedule, OddSixteenBitMatmulsStayOnTheTensorCores) {
     ASSERT_TRUE(st);
     EXPECT_FALSE(st->stage_a);
   }
+  {  // An unaligned N with a single k-tile stays off the GEMM, copied or not (where the hang was).
+    const Schedule sc = plan_schedule(graph(20000, 64, 513, true, DType::F16), t);
+    EXPECT_FALSE(sc.kernels.back().as<WgmmaGemmKernel>());
+    EXPECT_FALSE(sc.kernels.back().as<StagedGemmKernel>());
+  }
   {  // bf16 nn.Linear, N 1021 and K 1024: B^T read in place by the wgmma GEMM, no copy.
     KernelGraph g = graph(508, 1024, 1021, true, DType::BF16);
     const WgmmaGemmKernel* w = plan_schedule(g, t).kernels.back().as<WgmmaGemmKernel>();
