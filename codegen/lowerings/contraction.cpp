@@ -7,6 +7,7 @@
 #include "../cost_util.h"
 #include "../emit_internal.h"
 #include "kiln/codegen/schedule.h"
+#include "matmul_view.h"
 
 namespace kiln {
 
@@ -74,10 +75,9 @@ class Matcher {
     }
     if (!is_16bit(a.dtype) || plan.k % 8) return false;
     // B's stored rows must be 16-byte aligned for TMA (N long, or K where B^T is read in
-    // place); the output's rows need not be (direct stores), but an unaligned N with a single
-    // k-tile stays off the GEMM (a hang seen there in session 25, docs/codegen.md).
-    if ((plan.n % 8 == 0 || (plan.b_kmajor && plan.k > 64)) && plan.m >= 128 && plan.n >= 128 &&
-        !plan.row_sumsq)
+    // place); the output's rows need not be (direct stores).
+    if ((plan.n % 8 == 0 || plan.b_kmajor) && !cgen::wgmma_hang_shape(plan.n, plan.k) &&
+        plan.m >= 128 && plan.n >= 128 && !plan.row_sumsq)
       return true;
     if (plan.m <= 32)
       plan.gemv = gemv_tma_shape(plan.m, plan.n, plan.k, int(plan.b.size()), t_, plan.b_kmajor);

@@ -25,9 +25,7 @@ std::optional<WgmmaGemmKernel> WgmmaGemmKernel::match(const PlanContext& ctx, in
   // any N (a prime N included).
   if (!tensor_core_operands(ctx, op, s, kmajor) || rows < 1 || ctx.t.arch != Arch::Sm90a)
     return std::nullopt;
-  // An N that is not a multiple of 8 (direct stores) with a single k-tile is kept off the GEMM:
-  // the staged path's GEMM hung there in repeated calls (session 25, docs/codegen.md).
-  if (s.N % 8 != 0 && s.K <= 64) return std::nullopt;
+  if (wgmma_hang_shape(s.N, s.K)) return std::nullopt;
   // Past 64 rows; from 33 (where the GEMV stops) where B comes through a transpose: the mma.sync
   // GEMM reads B N-major only, so there the transpose would rewrite the whole weight first.
   if (rows <= (kmajor ? 32 : 64)) return std::nullopt;
@@ -47,19 +45,25 @@ std::string WgmmaGemmKernel::describe() const {
   return b_kmajor ? "wgmma_ws 128x128x64 s6, B read K-major in place" : "wgmma_ws 128x128x64 s6";
 }
 
-// Modeled as the runtime kernel it runs: like a lowered contraction with one weight and no
-// epilogue.
-KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
-  const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
-  const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
+// The contraction plan a predefined matmul of `rows` (folded) rows runs as on the wgmma GEMM:
+// one weight, no epilogue (contraction_cost models it).
+static ContractionPlan predefined_gemm_plan(const CostContext& x, int64_t rows) {
   ContractionPlan p;
   p.m = rows;
-  p.k = a.shape.back();
-  p.n = b.shape.back();
+  p.k = x.g.tensor(x.op.inputs[0]).shape.back();
+  p.n = x.g.tensor(x.op.inputs[1]).shape.back();
   p.a = 0;
   p.b = {1};
   p.out = x.g.tensor(x.op.outputs[0]).dtype;
-  KernelCost c = contraction_cost(x.op.name, p, {a, b}, x.t);
+  return p;
+}
+
+// Modeled as the runtime kernel it runs: like a lowered contraction with one weight and no
+// epilogue.
+KernelCost WgmmaGemmKernel::cost(const CostContext& x) const {
+  const ContractionPlan p = predefined_gemm_plan(x, rows);
+  KernelCost c =
+      contraction_cost(x.op.name, p, {x.g.tensor(x.op.inputs[0]), x.g.tensor(x.op.inputs[1])}, x.t);
   c.graph_defined = false;
   return c;
 }
@@ -444,8 +448,7 @@ std::optional<StagedGemmKernel> StagedGemmKernel::match(const PlanContext& ctx, 
   // hung in repeated calls on an H200 (session 25); with A copied it ran at 300 rows in graphs of
   // 20 calls and at 2000 rows three calls back to back. Past 2048 rows only B may be copied.
   if (!p.gemv && p.stage_a && rows > 2048) return std::nullopt;
-  // Nor, anywhere, an N that is not a multiple of 8 with a single k-tile (both hangs had one).
-  if (!p.gemv && s.N % 8 != 0 && s.K <= 64) return std::nullopt;
+  if (!p.gemv && wgmma_hang_shape(s.N, s.K)) return std::nullopt;
   if (p.b_kmajor) kp.view_op = tb;
   kp.threads = 384;
   kp.grid = cdiv(s.N, 128) * cdiv(rows, 128);
@@ -472,14 +475,8 @@ KernelCost StagedGemmKernel::cost(const CostContext& x) const {
   const CostConstants& k = cost_constants(x.t.arch);
   const TensorDesc& a = x.g.tensor(x.op.inputs[0]);
   const TensorDesc& b = x.g.tensor(x.op.inputs[1]);
-  ContractionPlan p;
-  p.m = rows;
-  p.k = a.shape.back();
-  p.n = b.shape.back();
-  p.a = 0;
-  p.b = {1};
+  ContractionPlan p = predefined_gemm_plan(x, rows);
   p.b_kmajor = true;
-  p.out = x.g.tensor(x.op.outputs[0]).dtype;
   p.gemv_kmajor = gemv;
   if (gemv) p.m = std::min<int64_t>(rows, 32);
   KernelCost c = contraction_cost(x.op.name, p, {a, b}, x.t);
@@ -522,15 +519,13 @@ void StagedGemmKernel::emit(GraphCtx& x, const KernelOp& op, const KernelPlan& k
         c->splits);
     L.line("  if (err != cudaSuccess) return err;");
     L.line("}");
-    L.close();
-    return;
   } else {
     L.f("err = kiln::rt::gemm16_staged_launch<{}, {}, kiln::rt::WgmmaEpiIdentity>({}, {}, {}, {}, "
         "{}, {}, {}, {}, {}, {}, ws + {}, kiln::rt::WgmmaEpiIdentity(), stream);",
         m.TA, m.TO, x.ptr(op.inputs[0]), m.K, x.ptr(b), b_kmajor ? m.K : m.N,
         b_kmajor ? "true" : "false", x.ptr(op.outputs[0]), m.N, rows, m.N, m.K, kp.scratch_offset);
+    L.line("if (err != cudaSuccess) return err;");
   }
-  L.line("if (err != cudaSuccess) return err;");
   L.close();
 }
 

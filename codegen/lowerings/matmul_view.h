@@ -43,6 +43,14 @@ inline bool tensor_core_operands(const PlanContext& ctx, const KernelOp& op, con
          m.a.dtype != DType::F32 && m.K % 8 == 0 && (b_kmajor || m.N % 8 == 0);
 }
 
+// A product the wgmma GEMM must not run until a hang is understood: N not a multiple of 8 (the
+// epilogue's direct stores) with a single k-tile. Both hangs seen (session 25, staged, 20000
+// rows, K 7 and 33, N 513) had that shape; N 513 at K 200 and N 512 at K 40 and 64 ran
+// (docs/codegen.md). The GEMM, the contraction and the staged GEMM all ask this.
+inline bool wgmma_hang_shape(int64_t n, int64_t k) {
+  return n % 8 != 0 && k <= 64;
+}
+
 // The transpose op whose output is operand B of predefined matmul `op`, where the matmul may read
 // it in place as B^T [N, K] (K-major, PyTorch's nn.Linear weight layout) instead of running it as
 // a kernel: a swap of the dims of a 2-D tensor whose rows TMA can address (16-byte strides), not

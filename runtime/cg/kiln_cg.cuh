@@ -66,6 +66,11 @@ KILN_DEV void load_tile(T* dst, const T* __restrict__ src, int tid) {
     so = i0 * G0 + i1 * G1 + i2 * G2 + cc * VEC;
     dso = i0 * S0 + i1 * S1 + i2 * S2 + cc * VEC;
   };
+  // The chunk thread tid copies at its step it, or -1 past the tile.
+  auto live = [&](int it) {
+    const int c = tid + it * NT;
+    return it < ITERS && (N % NT == 0 || c < N) ? c : -1;
+  };
   if constexpr (BYTES != 16 && BYTES != 8 && BYTES != 4 && ITERS <= 32) {
     // Plain copies (rows whose alignment cp.async cannot take) of up to 32 chunks a thread: all
     // loads of a batch of 16 in flight before its stores. Measured on an H200 (session 25,
@@ -75,30 +80,23 @@ KILN_DEV void load_tile(T* dst, const T* __restrict__ src, int tid) {
     constexpr int BATCH = ITERS < 16 ? ITERS : 16;
     for (int b0 = 0; b0 < ITERS; b0 += BATCH) {
       T v[BATCH][VEC];
+      int64_t so;
+      int dso;
 #pragma unroll
-      for (int j = 0; j < BATCH; ++j) {
-        const int c = tid + (b0 + j) * NT;
-        if (b0 + j < ITERS && (N % NT == 0 || c < N)) {
-          int64_t so;
-          int dso;
+      for (int j = 0; j < BATCH; ++j)
+        if (const int c = live(b0 + j); c >= 0) {
           offsets(c, so, dso);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) v[j][e] = src[so + e];
         }
-      }
 #pragma unroll
-      for (int j = 0; j < BATCH; ++j) {
-        const int c = tid + (b0 + j) * NT;
-        if (b0 + j < ITERS && (N % NT == 0 || c < N)) {
-          int64_t so;
-          int dso;
+      for (int j = 0; j < BATCH; ++j)
+        if (const int c = live(b0 + j); c >= 0) {
           offsets(c, so, dso);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) dst[dso + e] = v[j][e];
         }
-      }
     }
-    return;
   } else {
     auto one = [&](int c) {
       int64_t so;
@@ -115,10 +113,8 @@ KILN_DEV void load_tile(T* dst, const T* __restrict__ src, int tid) {
     };
     if constexpr (ITERS <= 16) {
 #pragma unroll
-      for (int it = 0; it < ITERS; ++it) {
-        const int c = tid + it * NT;
-        if (N % NT == 0 || c < N) one(c);
-      }
+      for (int it = 0; it < ITERS; ++it)
+        if (const int c = live(it); c >= 0) one(c);
     } else {
 #pragma unroll 4
       for (int c = tid; c < N; c += NT) one(c);
